@@ -1,0 +1,3 @@
+from sift_server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""The adapter contract between the engine and model code."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Task = Literal["encode", "score", "extract"]
+OverflowPolicy = Literal["truncate", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodeTask:
+    texts: Sequence[str]
+    is_query: bool = False
+    instruction: str | None = None
+    overflow: OverflowPolicy = "truncate"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreTask:
+    query: str
+    texts: Sequence[str]
+    instruction: str | None = None
+    overflow: OverflowPolicy = "truncate"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractTask:
+    texts: Sequence[str]
+    labels: Sequence[str]
+    threshold: float | None = None
+    multi_label: bool | None = None
+    instruction: str | None = None
+    overflow: OverflowPolicy = "truncate"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+TaskInput = EncodeTask | ScoreTask | ExtractTask
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request after ``prepare``: per-item token costs, the key that decides
+    which requests may share a forward, and adapter-private data."""
+
+    item_costs: list[int]
+    compat_key: Hashable
+    payload: Any
+    input_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Items [start, stop) of one prepared request inside a forward."""
+
+    prepared: Prepared
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterInfo:
+    tasks: frozenset[Task]
+    inputs: tuple[str, ...] = ("text",)
+    outputs: tuple[str, ...] = ()
+    dims: Mapping[str, int] = field(default_factory=dict)
+    max_sequence_length: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class LoadContext:
+    """What an adapter needs to load: a resolved local folder and its options."""
+
+    path: Path
+    options: Mapping[str, Any]
+    max_sequence_length: int | None
+    torch_threads: int
+
+
+class Adapter(abc.ABC):
+    """One loaded model. ``prepare`` runs on the event loop (keep it cheap);
+    ``forward`` runs in the model's executor thread, one at a time."""
+
+    info: AdapterInfo
+
+    @classmethod
+    @abc.abstractmethod
+    def load(cls, ctx: LoadContext) -> Adapter: ...
+
+    @abc.abstractmethod
+    def prepare(self, task: TaskInput) -> Prepared:
+        """Tokenize one request; raise ``InvalidInput``/``InputTooLong`` on bad input."""
+
+    @abc.abstractmethod
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        """Run one batch; return, per part, one output per item of that part."""
+
+    def memory_bytes(self) -> int:
+        """Bytes held by weights and buffers (for the registry's budget)."""
+        return 0
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing to release
+        """Release what the adapter holds (called on eviction)."""

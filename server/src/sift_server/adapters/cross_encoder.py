@@ -1,0 +1,190 @@
+"""Cross-encoder reranker: one relevance score per (query, text) pair.
+
+Loads a Hugging Face sequence-classification checkpoint (BERT-style rerankers
+such as ``cross-encoder/ms-marco-*`` or ``BAAI/bge-reranker-*``) with plain
+transformers. ``prepare`` tokenizes pairs without padding so costs are real
+token counts; ``forward`` pads the fused batch once and runs the model.
+
+Score scale: the raw logit (what ``sentence_transformers.CrossEncoder.predict``
+returns with ``activation_fn=Identity``). With ``num_labels > 1`` the last
+class's logit is the score, because two-class rerankers order their classes
+(irrelevant, relevant). The catalog option ``activation: sigmoid`` maps scores
+to 0..1 instead, which equals ``CrossEncoder``'s default for one-label models.
+The request ``instruction`` is ignored: BERT-style cross-encoders have no
+instruction slot.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sift_server.adapters.base import (
+    Adapter,
+    AdapterInfo,
+    LoadContext,
+    Part,
+    Prepared,
+    ScoreTask,
+    TaskInput,
+)
+from sift_server.errors import InputTooLong, InvalidInput
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+# Every score request may fuse with every other: pairs are independent.
+SCORE_COMPAT_KEY = "score"
+ACTIVATIONS = ("identity", "sigmoid")
+# Tokenizers without a real limit report a huge sentinel model_max_length.
+_UNBOUNDED = 1_000_000
+
+
+class CrossEncoderAdapter(Adapter):
+    """Scores (query, text) pairs with an ``AutoModelForSequenceClassification``."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int,
+        activation: str,
+    ) -> None:
+        self.model = model
+        # prepare runs on the event loop while forward runs in the executor
+        # thread; a fast tokenizer's Rust state is not safe to share between
+        # concurrent calls, so each side owns its own instance.
+        self.tokenizer = tokenizer
+        self._pad_tokenizer = copy.deepcopy(tokenizer)
+        self.max_length = max_length
+        self.activation = activation
+        self.device = next(model.parameters()).device
+        self._input_names = tuple(tokenizer.model_input_names)
+        self._pair_specials = tokenizer.num_special_tokens_to_add(pair=True)
+        self.info = AdapterInfo(
+            tasks=frozenset({"score"}),
+            inputs=("text",),
+            outputs=("score",),
+            max_sequence_length=max_length,
+        )
+
+    @classmethod
+    def load(cls, ctx: LoadContext) -> CrossEncoderAdapter:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        if ctx.torch_threads > 0:
+            torch.set_num_threads(ctx.torch_threads)
+        activation = str(ctx.options.get("activation", "identity"))
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        device = _select_device(ctx.options)
+        tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(ctx.path, local_files_only=True)
+        model.to(device)
+        model.eval()
+        max_length = _effective_max_length(ctx.max_sequence_length, tokenizer, model)
+        return cls(model, tokenizer, max_length, activation)
+
+    def prepare(self, task: TaskInput) -> Prepared:
+        if not isinstance(task, ScoreTask):
+            raise InvalidInput("this model only supports the score task")
+        if not task.texts:
+            raise InvalidInput("score needs at least one item")
+        texts = list(task.texts)
+        if task.overflow == "error":
+            encoded = self._tokenize(task.query, texts, truncation=False)
+            self._check_lengths(encoded["input_ids"])
+        else:
+            encoded = self._tokenize(task.query, texts, truncation=self._strategy(task.query))
+        features = [{name: encoded[name][i] for name in self._input_names} for i in range(len(texts))]
+        costs = [len(ids) for ids in encoded["input_ids"]]
+        return Prepared(item_costs=costs, compat_key=SCORE_COMPAT_KEY, payload=features, input_tokens=sum(costs))
+
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        features = [f for part in parts for f in part.prepared.payload[part.start : part.stop]]
+        scores = self.score_features(features)
+        return _split(scores, [part.stop - part.start for part in parts])
+
+    def score_features(self, features: list[dict[str, list[int]]]) -> list[float]:
+        """Pad tokenized pairs into one batch and return one float per pair."""
+        batch = self._pad_tokenizer.pad(features, padding=True, return_tensors="pt")
+        inputs = {name: tensor.to(self.device) for name, tensor in batch.items()}
+        with torch.inference_mode():
+            logits = self.model(**inputs).logits
+        # (batch, num_labels): the last column is "relevant" for 2-class heads
+        # and the only column for 1-class heads.
+        scores = logits[:, -1].float()
+        if self.activation == "sigmoid":
+            scores = torch.sigmoid(scores)
+        return [float(s) for s in scores.cpu().tolist()]
+
+    def memory_bytes(self) -> int:
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def close(self) -> None:
+        self.model.to("meta")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _tokenize(self, query: str, texts: list[str], truncation: bool | str) -> Mapping[str, list[list[int]]]:
+        kwargs: dict[str, Any] = {"truncation": truncation, "verbose": False}
+        if truncation:
+            kwargs["max_length"] = self.max_length
+        encoded: Mapping[str, list[list[int]]] = self.tokenizer([query] * len(texts), texts, **kwargs)
+        return encoded
+
+    def _strategy(self, query: str) -> str:
+        """Cut only the document, unless the query alone leaves it no room."""
+        query_tokens = len(self.tokenizer(query, add_special_tokens=False, verbose=False)["input_ids"])
+        if query_tokens < self.max_length - self._pair_specials:
+            return "only_second"
+        return "longest_first"
+
+    def _check_lengths(self, input_ids: list[list[int]]) -> None:
+        for index, ids in enumerate(input_ids):
+            if len(ids) > self.max_length:
+                raise InputTooLong(
+                    f"item {index}: query and text take {len(ids)} tokens, more than the model's {self.max_length}",
+                    index=index,
+                    tokens=len(ids),
+                    max_tokens=self.max_length,
+                )
+
+
+def _select_device(options: Mapping[str, Any]) -> torch.device:
+    """The catalog's ``device`` option, else the GPU when there is one."""
+    name = options.get("device")
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(str(name))
+
+
+def _effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
+    """The smallest of the catalog limit, the tokenizer limit and the position table."""
+    limits = [requested] if requested else []
+    if 0 < tokenizer.model_max_length < _UNBOUNDED:
+        limits.append(int(tokenizer.model_max_length))
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        if model.config.model_type in _OFFSET_POSITIONS:
+            # RoBERTa-style tables spend pad_token_id + 1 rows before position 0.
+            positions -= (getattr(model.config, "pad_token_id", 0) or 0) + 1
+        limits.append(positions)
+    return min(limits) if limits else 512
+
+
+# Model types whose learned positions start after pad_token_id (see RobertaEmbeddings).
+_OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
+
+
+def _split(values: list[float], sizes: list[int]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    start = 0
+    for size in sizes:
+        out.append(values[start : start + size])
+        start += size
+    return out

@@ -1,0 +1,1 @@
+"""The HTTP layer: routes, negotiation, auth, errors. Nothing below it knows about HTTP."""

@@ -1,0 +1,91 @@
+"""Assemble the ASGI application from settings."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from functools import partial
+
+from fastapi import FastAPI
+
+from sift_server import __version__
+from sift_server.adapters.base import Adapter
+from sift_server.api import health, models, native, openai
+from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.state import ServerState
+from sift_server.config import Settings
+from sift_server.engine.batch_queue import Caps
+from sift_server.engine.policy import make_policy
+from sift_server.engine.trace import JsonlTrace, TraceSink
+from sift_server.engine.worker import ModelWorker, WorkerConfig
+from sift_server.metrics import Metrics
+from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
+from sift_server.registry.loader import load_adapter
+from sift_server.registry.registry import AdapterLoader, Registry
+from sift_server.service.common import Limits
+
+log = logging.getLogger(__name__)
+
+
+def build_state(
+    settings: Settings, *, loader: AdapterLoader | None = None, catalog: Catalog | None = None
+) -> ServerState:
+    catalog = catalog or Catalog.from_dirs(settings.catalog)
+    for name in [settings.default_model, *settings.preload]:
+        if name not in catalog:
+            raise CatalogError(f"model {name!r} is not in the catalog; known: {', '.join(catalog.names())}")
+    metrics = Metrics()
+    trace: TraceSink | None = JsonlTrace(settings.trace_file) if settings.trace_file else None
+    policy = make_policy(
+        settings.policy,
+        max_hold_ms=settings.max_hold_ms,
+        idle_coalesce_ms=settings.idle_coalesce_ms,
+        max_wait_ms=settings.max_batch_wait_ms,
+    )
+
+    def worker_factory(spec: ModelSpec, adapter: Adapter) -> ModelWorker:
+        batching = spec.batching
+        config = WorkerConfig(
+            caps=Caps(
+                max_requests=batching.max_batch_requests or settings.max_batch_requests,
+                max_cost=batching.max_batch_cost or settings.max_batch_cost,
+            ),
+            max_queue_items=batching.max_queue_items or settings.max_queue_items,
+        )
+        return ModelWorker(spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward])
+
+    registry = Registry(
+        catalog,
+        worker_factory,
+        memory_budget_bytes=settings.memory_budget_mb * 2**20,
+        loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
+    )
+    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_queue_items)
+    return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
+
+
+def create_app(state: ServerState) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for name in dict.fromkeys([state.settings.default_model, *state.settings.preload]):
+            await state.registry.load_now(name)
+        state.ready = True
+        log.info("ready: serving %s", state.settings.default_model)
+        try:
+            yield
+        finally:
+            state.draining = True
+            await state.registry.close(state.settings.shutdown_grace_s)
+
+    app = FastAPI(
+        title="Sift",
+        version=__version__,
+        description="Inference server for embedders, rerankers and zero-shot extractors (SIE v1 wire protocol).",
+        lifespan=lifespan,
+    )
+    app.state.sift = state
+    for module in (native, openai, models, health):
+        app.include_router(module.router)
+    app.add_middleware(SiftMiddleware, state=state)
+    return app

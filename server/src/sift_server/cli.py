@@ -1,0 +1,128 @@
+"""The ``sift`` command: serve, models, bench, simulate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sift_server.engine.policy import POLICIES
+
+
+def _add_serve(subparsers: Any) -> None:
+    p = subparsers.add_parser("serve", help="Serve models over HTTP (the default model loads before ready).")
+    p.add_argument("--host", help="Bind address (default 127.0.0.1).")
+    p.add_argument("--port", type=int, help="Port (default 8080).")
+    p.add_argument("--model", dest="default_model", help="Default model, loaded before /readyz turns ready.")
+    p.add_argument("--preload", action="append", help="Another model to load at start (repeatable).")
+    p.add_argument("--catalog", action="append", type=Path, help="Folder of extra catalog YAML files (repeatable).")
+    p.add_argument("--api-key", help="Require 'Authorization: Bearer KEY' (or set SIFT_API_KEY).")
+    p.add_argument("--policy", choices=POLICIES, help="Batching policy (default adaptive).")
+    p.add_argument("--torch-threads", type=int, help="Intra-op threads per forward (default: one per available core).")
+    p.add_argument("--max-queue-items", type=int, help="Pending items per model before 503 QUEUE_FULL (default 512).")
+    p.add_argument("--memory-budget-mb", type=int, help="Evict least recently used models above this (default 8192).")
+    p.add_argument("--trace-file", type=Path, help="Append one JSON line per forward (for benchmarks).")
+    p.add_argument("--shutdown-grace-s", type=float, help="Time to finish queued work on SIGTERM (default 30).")
+    p.add_argument("--log-level", help="debug, info, warning, error.")
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sift_server.config import Settings
+    from sift_server.registry.catalog import CatalogError
+    from sift_server.server import serve
+
+    overrides = {
+        key: value for key, value in vars(args).items() if key not in ("handler", "command") and value is not None
+    }
+    settings = Settings(**overrides)
+    try:
+        serve(settings)
+    except CatalogError as exc:
+        print(f"sift: catalog error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_models(subparsers: Any) -> None:
+    p = subparsers.add_parser("models", help="List catalog models (or a running server's with --url).")
+    p.add_argument("--catalog", action="append", type=Path, default=[], help="Extra catalog folder (repeatable).")
+    p.add_argument("--url", help="Ask a running server instead, e.g. http://127.0.0.1:8080.")
+    p.add_argument("--json", action="store_true", help="Print JSON.")
+    p.set_defaults(handler=_models)
+
+
+def _models(args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]]
+    if args.url:
+        import httpx
+
+        response = httpx.get(args.url.rstrip("/") + "/v1/models", headers={"Accept": "application/json"})
+        response.raise_for_status()
+        rows = [
+            {"name": m["name"], "tasks": ",".join(m.get("tasks", m["outputs"])), "state": m["state"]}
+            for m in response.json()["models"]
+        ]
+    else:
+        from sift_server.registry.catalog import Catalog, CatalogError
+
+        try:
+            catalog = Catalog.from_dirs(args.catalog, check_weights=False)
+        except CatalogError as exc:
+            print(f"sift: catalog error: {exc}", file=sys.stderr)
+            return 2
+        rows = [
+            {"name": s.name, "tasks": ",".join(s.tasks), "adapter": s.adapter, "source": _source(s.source)}
+            for s in catalog.specs.values()
+        ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if rows:
+        keys = list(rows[0])
+        widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
+        print("  ".join(k.upper().ljust(widths[k]) for k in keys))
+        for row in rows:
+            print("  ".join(str(row[k]).ljust(widths[k]) for k in keys))
+    return 0
+
+
+def _source(source: Any) -> str:
+    if source.package:
+        return f"package:{source.package}"
+    if source.path:
+        return f"path:{source.path}"
+    return f"hf:{source.hf}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sift", description="Sift inference server.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_serve(subparsers)
+    _add_models(subparsers)
+    try:
+        from sift_server.bench.cli import register as register_bench
+
+        register_bench(subparsers)
+    except ImportError:
+        pass
+    try:
+        from sift_server.simulator.cli import register as register_simulate
+
+        register_simulate(subparsers)
+    except ImportError:
+        pass
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

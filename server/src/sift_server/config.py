@@ -1,0 +1,41 @@
+"""Server settings: command-line flags override ``SIFT_*`` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SIFT_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: str | None = None
+    default_model: str = DEFAULT_MODEL
+    # Extra catalog folders with operators' own YAML files (added to the shipped catalog).
+    catalog: list[Path] = Field(default_factory=list)
+    # Models loaded before /readyz turns ready (the default model is always one).
+    preload: list[str] = Field(default_factory=list)
+
+    policy: str = "adaptive"
+    max_hold_ms: float = 10.0
+    idle_coalesce_ms: float = 3.0
+    max_batch_wait_ms: float = 15.0
+    max_batch_requests: int = 64
+    max_batch_cost: int = 16_384
+    max_queue_items: int = 512
+
+    # One intra-op thread per core is a sensible default for small machines.
+    torch_threads: int = 0
+    memory_budget_mb: int = 8_192
+
+    max_body_bytes: int = 35_651_584
+    max_item_bytes: int = 2 * 1024 * 1024
+    shutdown_grace_s: float = 30.0
+    trace_file: Path | None = None
+    log_level: str = "info"

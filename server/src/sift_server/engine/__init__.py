@@ -1,0 +1,1 @@
+"""The per-model dynamic batching engine: pure queue and policy core, asyncio worker shell."""

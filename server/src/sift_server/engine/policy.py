@@ -1,0 +1,171 @@
+"""Dispatch policies: pure functions of the scheduler state and the time.
+
+``decide(state, now)`` answers ``Dispatch`` (run a forward for a lane now, with
+a reason), ``WaitUntil`` (decide again at that time, or earlier if an event
+arrives) or ``Idle`` (nothing to do until an event). The worker shell and the
+simulator drive the very same objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from sift_server.engine.arrivals import ArrivalModel
+
+Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "drain"]
+REASONS: tuple[Reason, ...] = ("lone", "burst-complete", "full", "window", "max-wait", "drain")
+
+
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """What a policy may know about one lane's queue."""
+
+    lane: str
+    head_arrival: float
+    last_arrival: float
+    requests: int
+    fills_cap: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerState:
+    lanes: Sequence[LaneView]
+    busy: bool
+    # End of the last forward: a head that arrived before it queued behind that forward.
+    last_forward_end: float
+    # Requests of this model whose headers arrived but that are not admitted yet.
+    ingress_pending: int
+    arrivals: ArrivalModel
+    draining: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    lane: str
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUntil:
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    pass
+
+
+Decision = Dispatch | WaitUntil | Idle
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, state: SchedulerState, now: float) -> Decision: ...
+
+
+def _oldest_lane(state: SchedulerState) -> LaneView | None:
+    """Oldest head first across lanes, so no LoRA queue starves."""
+    candidates = [lane for lane in state.lanes if lane.requests > 0]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda lane: lane.head_arrival)
+
+
+def _common(state: SchedulerState) -> Decision | LaneView:
+    """Rules every policy shares; returns the lane to think about otherwise."""
+    if state.busy:
+        return Idle()
+    lane = _oldest_lane(state)
+    if lane is None:
+        return Idle()
+    if state.draining:
+        return Dispatch(lane.lane, "drain")
+    if lane.fills_cap:
+        return Dispatch(lane.lane, "full")
+    if lane.head_arrival <= state.last_forward_end:
+        # Work that queued behind a forward: continuous batching, no extra wait.
+        return Dispatch(lane.lane, "drain")
+    return lane
+
+
+@dataclass(frozen=True, slots=True)
+class ImmediatePolicy:
+    """Dispatch whatever is queued the moment the executor is free."""
+
+    name: str = "immediate"
+
+    def decide(self, state: SchedulerState, now: float) -> Decision:
+        lane = _common(state)
+        if not isinstance(lane, LaneView):
+            return lane
+        return Dispatch(lane.lane, "lone" if lane.requests == 1 else "burst-complete")
+
+
+@dataclass(frozen=True, slots=True)
+class TimedPolicy:
+    """The reference: on an idle worker, wait until arrivals are quiet for
+    ``idle_coalesce`` seconds, bounded by ``max_wait`` after the head."""
+
+    idle_coalesce: float = 0.003
+    max_wait: float = 0.015
+    name: str = "timed"
+
+    def decide(self, state: SchedulerState, now: float) -> Decision:
+        lane = _common(state)
+        if not isinstance(lane, LaneView):
+            return lane
+        quiet_at = lane.last_arrival + self.idle_coalesce
+        cap_at = lane.head_arrival + self.max_wait
+        if now >= cap_at:
+            return Dispatch(lane.lane, "max-wait")
+        if now >= quiet_at:
+            return Dispatch(lane.lane, "window")
+        return WaitUntil(min(quiet_at, cap_at))
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptivePolicy:
+    """Dispatch a lone request at once; hold an idle worker only while followers
+    are known to be on their way (in ingress) or predicted by recent bursts,
+    and dispatch the moment the expected burst is complete."""
+
+    max_hold: float = 0.010
+    name: str = "adaptive"
+
+    def decide(self, state: SchedulerState, now: float) -> Decision:
+        lane = _common(state)
+        if not isinstance(lane, LaneView):
+            return lane
+        hold_until = lane.head_arrival + self.max_hold
+        if now >= hold_until:
+            return Dispatch(lane.lane, "max-wait")
+        if state.ingress_pending > 0:
+            # Followers are already being read and decoded: wait for them (an
+            # admission or a failed ingress wakes the worker).
+            return WaitUntil(hold_until)
+        expected = state.arrivals.predicted_size(now)
+        if lane.requests >= expected:
+            return Dispatch(lane.lane, "lone" if lane.requests == 1 else "burst-complete")
+        quiet_at = lane.last_arrival + state.arrivals.follow_gap
+        if now >= quiet_at:
+            # The burst came out smaller than predicted.
+            return Dispatch(lane.lane, "window")
+        return WaitUntil(min(quiet_at, hold_until))
+
+
+POLICIES = ("adaptive", "timed", "immediate")
+
+
+def make_policy(
+    name: str, *, max_hold_ms: float = 10.0, idle_coalesce_ms: float = 3.0, max_wait_ms: float = 15.0
+) -> Policy:
+    if name == "adaptive":
+        return AdaptivePolicy(max_hold=max_hold_ms / 1000)
+    if name == "timed":
+        return TimedPolicy(idle_coalesce=idle_coalesce_ms / 1000, max_wait=max_wait_ms / 1000)
+    if name == "immediate":
+        return ImmediatePolicy()
+    raise ValueError(f"unknown batching policy {name!r}; choose one of {', '.join(POLICIES)}")

@@ -1,0 +1,304 @@
+"""The worker shell of one model: admission, per-lane queues, the scheduler
+task and the executor thread.
+
+All batching decisions are made by the pure policy; this module only turns
+them into asyncio waits and forwards. It wakes on events (admission, ingress
+change, forward end, cancellation, a policy deadline) and never polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sift_server.adapters.base import Part, Prepared
+from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
+from sift_server.engine.clock import Clock, monotonic
+from sift_server.engine.ingress import IngressBoard, IngressTicket
+from sift_server.engine.policy import Dispatch, LaneView, Policy, SchedulerState, WaitUntil
+from sift_server.engine.trace import ForwardRecord, NullTrace, TraceSink
+from sift_server.errors import InferenceError, QueueFull, ShuttingDown, SiftError
+
+log = logging.getLogger(__name__)
+
+ForwardFn = Callable[[Sequence[Part]], list[list[Any]]]
+
+
+@dataclass(slots=True)
+class RequestTiming:
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+    forwards: int = 0
+
+
+@dataclass(slots=True)
+class Ticket:
+    """Shell-side state of one admitted request."""
+
+    request_id: str
+    prepared: Prepared
+    future: asyncio.Future[list[Any]]
+    arrival: float
+    admitted: float
+    outputs: list[Any] = field(default_factory=list)
+    done_items: int = 0
+    timing: RequestTiming = field(default_factory=RequestTiming)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    caps: Caps = field(default_factory=Caps)
+    max_queue_items: int = 512
+    default_lane: str = "default"
+
+
+class ModelWorker:
+    def __init__(
+        self,
+        model: str,
+        forward: ForwardFn,
+        policy: Policy,
+        config: WorkerConfig = WorkerConfig(),
+        *,
+        clock: Clock = monotonic,
+        trace: TraceSink | None = None,
+        observers: Sequence[Callable[[ForwardRecord], None]] = (),
+    ) -> None:
+        self.model = model
+        self.policy = policy
+        self.config = config
+        self._forward = forward
+        self._clock = clock
+        self._trace = trace or NullTrace()
+        self._observers = list(observers)
+        self._queues: dict[str, BatchQueue] = {}
+        self._tickets: dict[int, Ticket] = {}
+        self._ids = itertools.count()
+        self._forward_ids = itertools.count()
+        self.ingress = IngressBoard(on_change=self._wake)
+        self.busy = False
+        self.draining = False
+        self.last_forward_end = float("-inf")
+        self.forwards_run = 0
+        # One forward at a time per model: a single dedicated thread.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"forward-{model}")
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"scheduler-{self.model}")
+
+    async def close(self, grace_s: float, error: SiftError | None = None) -> None:
+        """Stop admitting, finish queued and in-flight work within ``grace_s``,
+        then fail whatever remains with ``error`` (default: shutting down)."""
+        if self._stopped:
+            return
+        self.draining = True
+        self._wake()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while (self.queued_requests or self.busy) and loop.time() < deadline:
+            await asyncio.sleep(min(0.01, max(0.0, deadline - loop.time())))
+        self._stopped = True
+        failure = error or ShuttingDown("The server is shutting down; the request was not run.")
+        for queue in self._queues.values():
+            for pending in list(queue.pending):
+                self._fail(pending.payload, failure)
+            queue.pending.clear()
+        self._wake()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # In-flight forwards past the grace period: their requests get the error too.
+        for ticket in list(self._tickets.values()):
+            self._fail(ticket, failure)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ---- admission -------------------------------------------------------
+
+    @property
+    def queued_items(self) -> int:
+        return sum(q.total_items for q in self._queues.values())
+
+    @property
+    def queued_requests(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def submit(
+        self,
+        prepared: Prepared,
+        *,
+        request_id: str,
+        lane: str | None = None,
+        ingress: IngressTicket | None = None,
+    ) -> Ticket:
+        """Admit one request; the returned ticket's future resolves to one
+        output per item. Raises ``QueueFull``/``ShuttingDown``."""
+        now = self._clock()
+        arrival = ingress.arrival if ingress is not None else now
+        try:
+            if self.draining or self._stopped:
+                raise ShuttingDown("The server is shutting down and admits no new work.")
+            n_items = len(prepared.item_costs)
+            if self.queued_items + n_items > self.config.max_queue_items:
+                raise QueueFull(
+                    f"Model '{self.model}' has {self.queued_items} items queued "
+                    f"(limit {self.config.max_queue_items}); retry shortly."
+                )
+            loop = asyncio.get_running_loop()
+            ticket = Ticket(request_id, prepared, loop.create_future(), arrival, now, [None] * n_items)
+            key = next(self._ids)
+            self._tickets[key] = ticket
+            lane_name = lane or self.config.default_lane
+            queue = self._queues.get(lane_name)
+            if queue is None:
+                queue = self._queues[lane_name] = BatchQueue(lane_name)
+            pending = Pending(str(key), prepared.item_costs, now, prepared.compat_key, ticket)
+            queue.add(pending)
+            ticket.future.add_done_callback(lambda fut: self._on_ticket_done(key, lane_name, fut))
+        finally:
+            # Admission (or its refusal) ends ingress; the queue already holds it.
+            if ingress is not None and ingress.open:
+                ingress.open = False
+                self.ingress.pending -= 1
+            self._wake()
+        return ticket
+
+    def _on_ticket_done(self, key: int, lane: str, fut: asyncio.Future[list[Any]]) -> None:
+        self._tickets.pop(key, None)
+        if fut.cancelled():
+            queue = self._queues.get(lane)
+            if queue is not None and queue.remove(str(key)) is not None:
+                self._wake()
+
+    # ---- scheduling ------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _state(self) -> SchedulerState:
+        lanes = [
+            LaneView(
+                lane=q.lane,
+                head_arrival=q.pending[0].arrival,
+                last_arrival=q.pending[-1].arrival,
+                requests=len(q),
+                fills_cap=q.would_fill(self.config.caps),
+            )
+            for q in self._queues.values()
+            if q.pending
+        ]
+        return SchedulerState(
+            lanes=lanes,
+            busy=self.busy,
+            last_forward_end=self.last_forward_end,
+            ingress_pending=self.ingress.pending,
+            arrivals=self.ingress.arrivals,
+            draining=self.draining,
+        )
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopped:
+            now = self._clock()
+            decision = self.policy.decide(self._state(), now)
+            if isinstance(decision, Dispatch):
+                await self._dispatch(decision, now)
+                continue
+            self._waiter = loop.create_future()
+            if isinstance(decision, WaitUntil):
+                delay = max(0.0, decision.deadline - now)
+                self._timer = loop.call_later(delay, self._wake)
+            try:
+                await self._waiter
+            finally:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                self._waiter = None
+
+    async def _dispatch(self, decision: Dispatch, decided: float) -> None:
+        queue = self._queues[decision.lane]
+        slices = queue.take(self.config.caps)
+        if not slices:
+            return
+        tickets: list[Ticket] = [s.pending.payload for s in slices]
+        record = ForwardRecord(
+            model=self.model,
+            lane=decision.lane,
+            forward_id=next(self._forward_ids),
+            reason=decision.reason,
+            request_ids=[t.request_id for t in tickets],
+            arrivals=[t.arrival for t in tickets],
+            admitted=[t.admitted for t in tickets],
+            items=sum(s.stop - s.start for s in slices),
+            cost=sum(s.cost for s in slices),
+            decided=decided,
+        )
+        parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(slices, tickets, strict=True)]
+        self.busy = True
+        loop = asyncio.get_running_loop()
+        try:
+            outputs = await loop.run_in_executor(self._executor, self._timed_forward, parts, record)
+        except Exception as exc:
+            log.exception("forward %s of model %s failed", record.forward_id, self.model)
+            record.error = f"{type(exc).__name__}: {exc}"
+            failure = InferenceError(f"Internal error while running model '{self.model}'.")
+            for ticket in tickets:
+                self._fail(ticket, failure)
+        else:
+            self._fan_out(slices, tickets, outputs, record)
+        finally:
+            self.busy = False
+            self.forwards_run += 1
+            self.last_forward_end = self._clock()
+            self._trace.write(record)
+            for observer in self._observers:
+                observer(record)
+
+    def _timed_forward(self, parts: Sequence[Part], record: ForwardRecord) -> list[list[Any]]:
+        record.start = self._clock()
+        try:
+            return self._forward(parts)
+        finally:
+            record.end = self._clock()
+
+    def _fan_out(
+        self, slices: Sequence[Slice], tickets: Sequence[Ticket], outputs: list[list[Any]], record: ForwardRecord
+    ) -> None:
+        if len(outputs) != len(slices):
+            failure = InferenceError(
+                f"Model '{self.model}' returned {len(outputs)} results for {len(slices)} requests."
+            )
+            for ticket in tickets:
+                self._fail(ticket, failure)
+            return
+        for piece, ticket, out in zip(slices, tickets, outputs, strict=True):
+            if ticket.future.done():
+                continue  # its client went away mid-forward: drop the result
+            if ticket.timing.forwards == 0:
+                ticket.timing.queue_s = record.start - ticket.admitted
+            ticket.timing.forwards += 1
+            ticket.timing.inference_s += record.end - record.start
+            ticket.outputs[piece.start : piece.stop] = out
+            ticket.done_items += piece.stop - piece.start
+            if ticket.done_items == len(ticket.outputs):
+                ticket.future.set_result(ticket.outputs)
+
+    def _fail(self, ticket: Ticket, error: SiftError) -> None:
+        if not ticket.future.done():
+            ticket.future.set_exception(error)

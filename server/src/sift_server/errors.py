@@ -1,0 +1,64 @@
+"""Domain errors, each with the contract's machine-readable code and HTTP status.
+
+Everything below the HTTP layer raises these; the API layer turns them into
+the contract's envelopes. Nothing here knows about HTTP libraries.
+"""
+
+from __future__ import annotations
+
+
+class SiftError(Exception):
+    status: int = 500
+    code: str = "INTERNAL_ERROR"
+    retry_after: int | None = None
+
+    def __init__(self, message: str, **extra: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+class InvalidInput(SiftError):
+    status, code = 400, "INVALID_INPUT"
+
+
+class InputTooLong(SiftError):
+    status, code = 400, "INPUT_TOO_LONG"
+
+
+class BodyTooLarge(SiftError):
+    status, code = 413, "INPUT_TOO_LONG"
+
+
+class Unauthorized(SiftError):
+    status, code = 401, "UNAUTHORIZED"
+
+
+class ModelNotFound(SiftError):
+    status, code = 404, "MODEL_NOT_FOUND"
+
+
+class ModelLoading(SiftError):
+    status, code, retry_after = 503, "MODEL_LOADING", 5
+
+
+class ModelLoadFailed(SiftError):
+    status, code = 502, "MODEL_LOAD_FAILED"
+
+
+class QueueFull(SiftError):
+    status, code, retry_after = 503, "QUEUE_FULL", 1
+
+
+class ShuttingDown(SiftError):
+    status, code, retry_after = 503, "SHUTTING_DOWN", 5
+
+
+class InferenceError(SiftError):
+    status, code = 500, "INFERENCE_ERROR"
+
+
+class RequestCancelled(SiftError):
+    """The client went away; nobody reads this answer."""
+
+    status, code = 499, "CANCELLED"

@@ -1,0 +1,1 @@
+"""Model catalog (YAML), adapter loading and the registry of loaded models."""

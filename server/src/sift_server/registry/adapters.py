@@ -1,0 +1,21 @@
+"""Adapter names used in the catalog, imported lazily (gliner and friends are heavy)."""
+
+from __future__ import annotations
+
+import importlib
+
+from sift_server.adapters.base import Adapter
+
+ADAPTERS: dict[str, str] = {
+    "sentence-embedder": "sift_server.adapters.sentence_embedder:SentenceEmbedderAdapter",
+    "cross-encoder": "sift_server.adapters.cross_encoder:CrossEncoderAdapter",
+    "gliner": "sift_server.adapters.gliner_extractor:GlinerAdapter",
+    "gliclass": "sift_server.adapters.gliclass_classifier:GliClassAdapter",
+}
+
+
+def adapter_class(name: str) -> type[Adapter]:
+    module_name, _, attribute = ADAPTERS[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), attribute)
+    assert issubclass(cls, Adapter)
+    return cls

@@ -1,0 +1,151 @@
+"""The model catalog: one YAML file per model.
+
+Errors are found at start and name the file and the field, so an operator
+never meets a typo at the first request.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sift_server.registry.adapters import ADAPTERS
+
+SHIPPED_CATALOG = Path(str(importlib.resources.files("sift_server") / "catalog"))
+
+TaskName = Literal["encode", "score", "extract"]
+
+
+class CatalogError(ValueError):
+    pass
+
+
+class Source(BaseModel):
+    """Where the weights are: exactly one of a Python package, a local folder, or a hub id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    package: str | None = None
+    package_subdir: str = "model"
+    path: Path | None = None
+    hf: str | None = None
+    revision: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        given = [name for name in ("package", "path", "hf") if getattr(self, name)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of package, path or hf")
+        return self
+
+
+class Batching(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch_requests: int | None = Field(default=None, ge=1)
+    max_batch_cost: int | None = Field(default=None, ge=1)
+    max_queue_items: int | None = Field(default=None, ge=1)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    adapter: str
+    source: Source
+    tasks: list[TaskName] = Field(min_length=1)
+    max_sequence_length: int | None = Field(default=None, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+    batching: Batching = Field(default_factory=Batching)
+    description: str = ""
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _known_adapter(self) -> ModelSpec:
+        if self.adapter not in ADAPTERS:
+            raise ValueError(f"unknown adapter {self.adapter!r}; known: {', '.join(sorted(ADAPTERS))}")
+        return self
+
+
+def resolve_local_path(spec: ModelSpec) -> Path | None:
+    """The weights folder for package and path sources (None for hub sources)."""
+    source = spec.source
+    if source.package:
+        if importlib.util.find_spec(source.package) is None:
+            raise CatalogError(
+                f"{spec.file}: field 'source.package': Python package {source.package!r} is not installed"
+            )
+        folder = Path(str(importlib.resources.files(source.package) / source.package_subdir))
+    elif source.path is not None:
+        folder = source.path
+        if not folder.is_absolute() and spec.file is not None:
+            folder = spec.file.parent / folder
+    else:
+        return None
+    if not folder.is_dir():
+        raise CatalogError(f"{spec.file}: field 'source': model folder {folder} does not exist")
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        raise CatalogError(f"{spec.file}: field 'source': no weights (*.safetensors or *.bin) in {folder}")
+    return folder
+
+
+def _format_validation(path: Path, error: ValidationError) -> str:
+    problems = []
+    for issue in error.errors():
+        field = ".".join(str(part) for part in issue["loc"]) or "(top level)"
+        problems.append(f"field '{field}': {issue['msg']}")
+    return f"{path}: " + "; ".join(problems)
+
+
+def load_spec(path: Path) -> ModelSpec:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise CatalogError(f"{path}: expected a mapping of fields at the top level")
+    try:
+        spec = ModelSpec.model_validate({**raw, "file": path})
+    except ValidationError as exc:
+        raise CatalogError(_format_validation(path, exc)) from exc
+    return spec
+
+
+class Catalog:
+    def __init__(self, specs: Iterable[ModelSpec]) -> None:
+        self.specs: dict[str, ModelSpec] = {}
+        for spec in specs:
+            if spec.name in self.specs:
+                other = self.specs[spec.name].file
+                raise CatalogError(f"{spec.file}: field 'name': {spec.name!r} is already defined in {other}")
+            self.specs[spec.name] = spec
+
+    @classmethod
+    def from_dirs(cls, dirs: Iterable[Path], *, include_shipped: bool = True, check_weights: bool = True) -> Catalog:
+        folders = ([SHIPPED_CATALOG] if include_shipped else []) + list(dirs)
+        specs = []
+        for folder in folders:
+            if not folder.is_dir():
+                raise CatalogError(f"{folder}: catalog folder does not exist")
+            for path in sorted(folder.glob("*.y*ml")):
+                specs.append(load_spec(path))
+        catalog = cls(specs)
+        if check_weights:
+            for spec in catalog.specs.values():
+                resolve_local_path(spec)
+        return catalog
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.specs
+
+    def get(self, name: str) -> ModelSpec:
+        return self.specs[name]
+
+    def names(self) -> list[str]:
+        return sorted(self.specs)

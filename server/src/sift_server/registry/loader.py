@@ -1,0 +1,48 @@
+"""Turn a catalog entry into a loaded adapter (runs in a thread: it is slow)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sift_server.adapters.base import Adapter, LoadContext
+from sift_server.registry.adapters import adapter_class
+from sift_server.registry.catalog import ModelSpec, resolve_local_path
+
+
+def default_torch_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def weights_folder(spec: ModelSpec) -> Path:
+    local = resolve_local_path(spec)
+    if local is not None:
+        return local
+    assert spec.source.hf is not None
+    # Imported here: only hub-sourced models need it. Honours HF_HUB_OFFLINE.
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(spec.source.hf, revision=spec.source.revision))
+
+
+def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
+    ctx = LoadContext(
+        path=weights_folder(spec),
+        options=spec.options,
+        max_sequence_length=spec.max_sequence_length,
+        torch_threads=torch_threads or default_torch_threads(),
+    )
+    return adapter_class(spec.adapter).load(ctx)
+
+
+def estimate_bytes(spec: ModelSpec) -> int:
+    """Weights on disk approximate memory after load (for admission under the budget)."""
+    try:
+        folder = resolve_local_path(spec)
+    except ValueError:
+        return 0
+    if folder is None:
+        return 0
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors")) or sum(
+        p.stat().st_size for p in folder.glob("*.bin")
+    )

@@ -1,0 +1,195 @@
+"""Loaded models: state, on-demand loading, least-recently-used eviction.
+
+A model is ``available`` (in the catalog), ``loading``, ``loaded`` or
+``failed``. A request for a cold model starts a background load and is told
+to come back (503 MODEL_LOADING + Retry-After); a terminal failure is a 502.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import gc
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sift_server.adapters.base import Adapter
+from sift_server.engine.worker import ModelWorker
+from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
+from sift_server.registry.catalog import Catalog, ModelSpec
+from sift_server.registry.loader import estimate_bytes, load_adapter
+
+log = logging.getLogger(__name__)
+
+State = Literal["available", "loading", "loaded", "failed"]
+WorkerFactory = Callable[[ModelSpec, Adapter], ModelWorker]
+AdapterLoader = Callable[[ModelSpec], Adapter]
+
+
+@dataclass(slots=True)
+class LoadError:
+    error_class: str
+    message: str
+    attempts: int
+    permanent: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.error_class,
+            "message": self.message,
+            "attempts": self.attempts,
+            "permanent": self.permanent,
+        }
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    spec: ModelSpec
+    state: State = "available"
+    adapter: Adapter | None = None
+    worker: ModelWorker | None = None
+    memory_bytes: int = 0
+    last_used: float = 0.0
+    load_seconds: float | None = None
+    last_error: LoadError | None = None
+    load_task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def _classify(exc: BaseException) -> tuple[str, bool]:
+    """Load-error class and whether retrying could help."""
+    name = type(exc).__name__
+    if isinstance(exc, MemoryError):
+        return "OOM", False
+    if isinstance(exc, (ImportError, ModuleNotFoundError)):
+        return "DEPENDENCY", True
+    if "NotFound" in name or isinstance(exc, FileNotFoundError) or "offline" in str(exc).lower():
+        return "NOT_FOUND", True
+    if isinstance(exc, (ValueError, KeyError, TypeError)):
+        return "CONFIG", True
+    return "UNKNOWN", False
+
+
+class Registry:
+    def __init__(
+        self,
+        catalog: Catalog,
+        worker_factory: WorkerFactory,
+        *,
+        memory_budget_bytes: int,
+        loader: AdapterLoader = load_adapter,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.catalog = catalog
+        self._worker_factory = worker_factory
+        self._loader = loader
+        self._clock = clock
+        self.memory_budget_bytes = memory_budget_bytes
+        self.records = {name: ModelRecord(spec) for name, spec in catalog.specs.items()}
+        self.evictions = 0
+
+    # ---- lookup ----------------------------------------------------------
+
+    def record(self, name: str) -> ModelRecord:
+        record = self.records.get(name)
+        if record is None:
+            hint = difflib.get_close_matches(name, list(self.records), n=1)
+            suffix = f" Did you mean '{hint[0]}'?" if hint else ""
+            raise ModelNotFound(f"Model '{name}' not found.{suffix}")
+        return record
+
+    def ready_worker(self, name: str) -> tuple[ModelRecord, ModelWorker]:
+        """The model's worker if loaded; otherwise start loading and raise."""
+        record = self.record(name)
+        if record.state == "loaded" and record.worker is not None:
+            record.last_used = self._clock()
+            return record, record.worker
+        if record.state == "failed" and record.last_error is not None and record.last_error.permanent:
+            err = record.last_error
+            raise ModelLoadFailed(
+                f"Model '{name}' failed to load: {err.message}",
+                error_class=err.error_class,
+                attempts=err.attempts,
+                permanent=err.permanent,
+            )
+        self.start_loading(name)
+        raise ModelLoading(f"Model '{name}' is loading; retry shortly.")
+
+    # ---- loading ---------------------------------------------------------
+
+    def start_loading(self, name: str) -> asyncio.Task[None]:
+        record = self.record(name)
+        if record.load_task is None or record.load_task.done():
+            record.state = "loading"
+            record.load_task = asyncio.get_running_loop().create_task(self._load(record), name=f"load-{name}")
+        return record.load_task
+
+    async def load_now(self, name: str) -> ModelRecord:
+        record = self.record(name)
+        if record.state != "loaded":
+            await self.start_loading(name)
+        if record.state != "loaded":
+            assert record.last_error is not None
+            raise ModelLoadFailed(f"Model '{name}' failed to load: {record.last_error.message}")
+        return record
+
+    async def _load(self, record: ModelRecord) -> None:
+        spec = record.spec
+        started = time.perf_counter()
+        await self._make_room(estimate_bytes(spec), keep=spec.name)
+        try:
+            adapter = await asyncio.to_thread(self._loader, spec)
+        except Exception as exc:
+            error_class, permanent_hint = _classify(exc)
+            attempts = (record.last_error.attempts + 1) if record.last_error else 1
+            # Transient-looking failures become permanent after repeated attempts.
+            permanent = permanent_hint or attempts >= 3
+            record.last_error = LoadError(error_class, f"{type(exc).__name__}: {exc}", attempts, permanent)
+            record.state = "failed"
+            log.error("loading model %s failed: %s", spec.name, exc)
+            return
+        record.adapter = adapter
+        record.memory_bytes = adapter.memory_bytes()
+        record.worker = self._worker_factory(spec, adapter)
+        record.worker.start()
+        record.state = "loaded"
+        record.last_error = None
+        record.last_used = self._clock()
+        record.load_seconds = time.perf_counter() - started
+        # Weights live for the process: move them out of the collector's sight.
+        gc.collect()
+        gc.freeze()
+        log.info("model %s loaded in %.2fs (%.0f MiB)", spec.name, record.load_seconds, record.memory_bytes / 2**20)
+        await self._make_room(0, keep=spec.name)
+
+    # ---- eviction --------------------------------------------------------
+
+    def loaded_bytes(self) -> int:
+        return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
+
+    async def _make_room(self, incoming: int, *, keep: str) -> None:
+        """Evict least recently used models until ``incoming`` fits the budget."""
+        while self.loaded_bytes() + incoming > self.memory_budget_bytes:
+            victims = [r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep]
+            if not victims:
+                return
+            await self.evict(min(victims, key=lambda r: r.last_used).spec.name)
+
+    async def evict(self, name: str) -> None:
+        record = self.record(name)
+        worker, adapter = record.worker, record.adapter
+        record.state, record.worker, record.adapter, record.memory_bytes = "available", None, None, 0
+        self.evictions += 1
+        if worker is not None:
+            # Queued requests are told to come back; the model reloads on demand.
+            await worker.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))
+        if adapter is not None:
+            adapter.close()
+        gc.collect()
+        log.info("evicted model %s", name)
+
+    async def close(self, grace_s: float) -> None:
+        workers = [r.worker for r in self.records.values() if r.worker is not None]
+        await asyncio.gather(*(w.close(grace_s) for w in workers))

@@ -1,0 +1,100 @@
+"""Validation shared by the three primitives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from sift_server.adapters.base import OverflowPolicy, Task
+from sift_server.errors import InvalidInput
+from sift_server.registry.registry import ModelRecord
+from sift_server.wire.schemas import Item
+
+OVERFLOW_POLICIES: dict[str, OverflowPolicy] = {
+    "default": "truncate",
+    "truncate": "truncate",
+    "truncate_text": "truncate",
+    "error": "error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_item_bytes: int
+    max_items: int
+
+
+def split_profile(model: str) -> tuple[str, str | None]:
+    """``org/name:profile`` addresses a profile by path (API.md §1.1)."""
+    name, sep, profile = model.rpartition(":")
+    if sep and name and "/" not in profile:
+        return name, profile
+    return model, None
+
+
+def check_profile(options: Mapping[str, Any], path_profile: str | None) -> None:
+    profile = options.get("profile", path_profile)
+    if profile is None or profile == "default":
+        return
+    if not isinstance(profile, str):
+        raise InvalidInput("Option 'profile' must be a string.")
+    raise InvalidInput(f"Unknown profile '{profile}'; this model has only the 'default' profile.")
+
+
+def overflow_policy(options: Mapping[str, Any]) -> OverflowPolicy:
+    value = options.get("overflow_policy", "default")
+    if not isinstance(value, str) or value not in OVERFLOW_POLICIES:
+        raise InvalidInput("Option 'overflow_policy' must be one of default, truncate_text, error.")
+    return OVERFLOW_POLICIES[value]
+
+
+def lane_of(options: Mapping[str, Any], record: ModelRecord) -> str | None:
+    lora = options.get("lora", options.get("lora_id"))
+    if lora is None:
+        return None
+    raise InvalidInput(f"Model '{record.spec.name}' does not support LoRA adapters.")
+
+
+def require_task(record: ModelRecord, task: Task) -> None:
+    if task not in record.spec.tasks:
+        raise InvalidInput(
+            f"Model '{record.spec.name}' does not support {task}; it supports {', '.join(record.spec.tasks)}."
+        )
+
+
+def item_texts(items: Sequence[Item] | None, limits: Limits, *, field: str = "items") -> list[str]:
+    if items is None:
+        raise InvalidInput(f"Field '{field}' is required.")
+    if not items:
+        raise InvalidInput(f"Field '{field}' must not be empty.")
+    if len(items) > limits.max_items:
+        raise InvalidInput(
+            f"The request has {len(items)} items; this server accepts at most {limits.max_items} per request. "
+            f"Split the request into batches of {limits.max_items} or fewer."
+        )
+    return [item_text(item, index, limits, field=field) for index, item in enumerate(items)]
+
+
+def item_text(item: Item, index: int, limits: Limits, *, field: str = "items") -> str:
+    if item.text is None:
+        if item.images or item.audio or item.video or item.document:
+            raise InvalidInput(f"{field}[{index}]: this model accepts text only.")
+        raise InvalidInput(f"{field}[{index}]: field 'text' is required.")
+    size = len(item.text.encode("utf-8"))
+    if item.metadata:
+        size += len(msgspec.json.encode(item.metadata))
+    if size > limits.max_item_bytes:
+        raise InvalidInput(
+            f"{field}[{index}]: text and metadata are {size} bytes; the limit is {limits.max_item_bytes} bytes (UTF-8)."
+        )
+    return item.text
+
+
+def string_option(options: Mapping[str, Any], key: str) -> str | None:
+    value = options.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"Option '{key}' must be a string.")
+    return value

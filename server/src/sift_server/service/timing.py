@@ -1,0 +1,35 @@
+"""Per-request timing, reported in the body and the X-*-Time headers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Timing:
+    started: float
+    tokenization_s: float = 0.0
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+    postprocessing_s: float = 0.0
+    total_s: float = 0.0
+
+    def body(self) -> dict[str, float | None]:
+        return {
+            "total_ms": self.total_s * 1000,
+            "queue_ms": self.queue_s * 1000,
+            "tokenization_ms": self.tokenization_s * 1000,
+            "inference_ms": self.inference_s * 1000,
+            "postprocessing_ms": self.postprocessing_s * 1000 if self.postprocessing_s > 0 else None,
+        }
+
+    def headers(self, total_now_s: float) -> dict[str, str]:
+        headers = {
+            "X-Queue-Time": f"{self.queue_s * 1000:.2f}",
+            "X-Tokenization-Time": f"{self.tokenization_s * 1000:.2f}",
+            "X-Inference-Time": f"{self.inference_s * 1000:.2f}",
+            "X-Total-Time": f"{total_now_s * 1000:.2f}",
+        }
+        if self.postprocessing_s > 0:
+            headers["X-Postprocessing-Time"] = f"{self.postprocessing_s * 1000:.2f}"
+        return headers

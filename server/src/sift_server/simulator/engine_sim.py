@@ -1,0 +1,354 @@
+"""A discrete-event loop that mirrors the worker shell on a virtual clock.
+
+The shell's state is reproduced field by field: one ``BatchQueue`` per lane,
+an ``ArrivalModel`` fed with header-arrival times, the ingress count (headers
+arrived, request not admitted yet), the ``busy`` flag and the end of the last
+forward. At every event (header arrival, admission, forward end, a
+``WaitUntil`` deadline) a ``SchedulerState`` is built and the policy decides:
+
+* ``Dispatch``: a batch is taken with ``BatchQueue.take(caps)`` and its forward
+  ends at ``now + F(items)``;
+* ``WaitUntil(t)``: a timer re-decides at ``t`` (a newer event re-decides
+  earlier and replaces the timer);
+* ``Idle``: nothing happens until the next event.
+
+Events at the same instant run in a fixed order (forward end, header arrival,
+admission, timer), then in scheduling order, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Literal
+
+from sift_server.engine.arrivals import ArrivalModel
+from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
+from sift_server.engine.policy import (
+    Decision,
+    Dispatch,
+    Idle,
+    LaneView,
+    Policy,
+    SchedulerState,
+    WaitUntil,
+)
+from sift_server.simulator.traces import Arrival, Client
+
+# What a queued request's ``Pending.arrival`` holds: the time its headers
+# arrived (what the ArrivalModel sees) or the time it was admitted.
+PendingTime = Literal["arrival", "admission"]
+DEFAULT_LANE = "base"
+
+
+class SimulationError(RuntimeError):
+    """The loop reached a state the worker shell could not be in."""
+
+
+class EventKind(IntEnum):
+    FORWARD_END = 0
+    ARRIVAL = 1
+    ADMISSION = 2
+    WAKE = 3
+
+
+@dataclass(slots=True)
+class SimRequest:
+    request_id: str
+    lane: str
+    arrival: float
+    admission: float
+    items: int
+    cost: int
+    group: int | None
+    scored: bool
+    # Start of the first forward that ran any of its items, end of the last one.
+    start: float = math.nan
+    end: float = math.nan
+    forwards: list[int] = field(default_factory=list)
+
+    @property
+    def queue_delay(self) -> float:
+        return self.start - self.admission
+
+    @property
+    def latency(self) -> float:
+        return self.end - self.arrival
+
+    @property
+    def done(self) -> bool:
+        return not math.isnan(self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class SimForward:
+    forward_id: int
+    lane: str
+    reason: str
+    start: float
+    end: float
+    request_ids: tuple[str, ...]
+    items: int
+    cost: int
+
+    @property
+    def size(self) -> int:
+        return len(self.request_ids)
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    family: str
+    kind: str
+    forward: str
+    requests: list[SimRequest]
+    forwards: list[SimForward]
+    events: int
+    decisions: int
+    end_time: float
+    decision_log: list[tuple[float, Decision]] | None = None
+
+
+@dataclass(order=True, slots=True)
+class _Event:
+    time: float
+    kind: EventKind
+    seq: int
+    payload: object = field(compare=False)
+
+
+def _default_lane(arrival: Arrival) -> str:
+    return DEFAULT_LANE
+
+
+class EngineSim:
+    """One model's worker under one policy, fed by one client."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        forward: Callable[[int], float],
+        client: Client,
+        *,
+        caps: Caps | None = None,
+        arrival_model: ArrivalModel | None = None,
+        pending_time: PendingTime = "arrival",
+        lane_of: Callable[[Arrival], str] = _default_lane,
+        forward_name: str = "",
+        log_decisions: bool = False,
+        max_events: int = 50_000_000,
+    ) -> None:
+        self.policy = policy
+        self.forward = forward
+        self.client = client
+        self.caps = caps if caps is not None else Caps()
+        self.arrivals = arrival_model if arrival_model is not None else ArrivalModel()
+        self.pending_time: PendingTime = pending_time
+        self.lane_of = lane_of
+        self.forward_name = forward_name or getattr(forward, "name", "forward")
+        self.max_events = max_events
+        self.decision_log: list[tuple[float, Decision]] | None = [] if log_decisions else None
+
+        self.now = 0.0
+        self.queues: dict[str, BatchQueue] = {}
+        self.ingress_pending = 0
+        self.busy = False
+        self.last_forward_end = -math.inf
+
+        self.requests: dict[str, SimRequest] = {}
+        self.forwards: list[SimForward] = []
+        self._finishing: dict[int, list[str]] = {}
+        self._heap: list[_Event] = []
+        self._seq = 0
+        self._timer_deadline: float | None = None
+        self._timer_gen = 0
+        self._events = 0
+        self._decisions = 0
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self) -> SimResult:
+        for arrival in self.client.start():
+            self._accept(arrival)
+        while self._heap:
+            event = heapq.heappop(self._heap)
+            if event.kind is EventKind.WAKE and event.payload != self._timer_gen:
+                continue  # a timer that a newer decision replaced
+            self._events += 1
+            if self._events > self.max_events:
+                raise SimulationError(f"more than {self.max_events} events: the run does not end")
+            self.now = event.time
+            self._handle(event)
+            self._decide()
+        self._check_finished()
+        return SimResult(
+            policy=self.policy.name,
+            family=self.client.family,
+            kind=self.client.kind,
+            forward=self.forward_name,
+            requests=list(self.requests.values()),
+            forwards=self.forwards,
+            events=self._events,
+            decisions=self._decisions,
+            end_time=self.now,
+            decision_log=self.decision_log,
+        )
+
+    def _push(self, time: float, kind: EventKind, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, _Event(time, kind, self._seq, payload))
+
+    def _accept(self, arrival: Arrival) -> None:
+        if arrival.arrival < self.now:
+            raise SimulationError(f"{arrival.request_id} arrives in the past ({arrival.arrival} < {self.now})")
+        if arrival.request_id in self.requests:
+            raise SimulationError(f"duplicate request id {arrival.request_id}")
+        self.requests[arrival.request_id] = SimRequest(
+            request_id=arrival.request_id,
+            lane=self.lane_of(arrival),
+            arrival=arrival.arrival,
+            admission=arrival.admission,
+            items=arrival.items,
+            cost=arrival.cost,
+            group=arrival.group,
+            scored=arrival.scored,
+        )
+        self._push(arrival.arrival, EventKind.ARRIVAL, arrival)
+        self._push(arrival.admission, EventKind.ADMISSION, arrival)
+
+    def _handle(self, event: _Event) -> None:
+        if event.kind is EventKind.ARRIVAL:
+            self.arrivals.observe(self.now)
+            self.ingress_pending += 1
+        elif event.kind is EventKind.ADMISSION:
+            assert isinstance(event.payload, Arrival)
+            self._admit(event.payload)
+        elif event.kind is EventKind.FORWARD_END:
+            assert isinstance(event.payload, int)
+            self._end_forward(event.payload)
+        else:
+            self._timer_deadline = None
+
+    def _admit(self, arrival: Arrival) -> None:
+        self.ingress_pending -= 1
+        lane = self.requests[arrival.request_id].lane
+        queue = self.queues.get(lane)
+        if queue is None:
+            queue = self.queues[lane] = BatchQueue(lane)
+        stamp = arrival.arrival if self.pending_time == "arrival" else arrival.admission
+        queue.add(Pending(request_id=arrival.request_id, item_costs=[arrival.cost] * arrival.items, arrival=stamp))
+
+    def _end_forward(self, forward_id: int) -> None:
+        self.busy = False
+        self.last_forward_end = self.now
+        for request_id in self._finishing.pop(forward_id):
+            self.requests[request_id].end = self.now
+            for arrival in self.client.on_complete(request_id, self.now):
+                self._accept(arrival)
+
+    # -- deciding -----------------------------------------------------------
+
+    def state(self) -> SchedulerState:
+        lanes = [
+            LaneView(
+                lane=queue.lane,
+                head_arrival=queue.pending[0].arrival,
+                last_arrival=max(p.arrival for p in queue.pending),
+                requests=len(queue),
+                fills_cap=queue.would_fill(self.caps),
+            )
+            for queue in self.queues.values()
+            if len(queue)
+        ]
+        return SchedulerState(
+            lanes=lanes,
+            busy=self.busy,
+            last_forward_end=self.last_forward_end,
+            ingress_pending=self.ingress_pending,
+            arrivals=self.arrivals,
+        )
+
+    def _decide(self) -> None:
+        decision = self.policy.decide(self.state(), self.now)
+        self._decisions += 1
+        if self.decision_log is not None:
+            self.decision_log.append((self.now, decision))
+        if isinstance(decision, Dispatch):
+            self._cancel_timer()
+            self._dispatch(decision)
+        elif isinstance(decision, WaitUntil):
+            if not decision.deadline > self.now:
+                raise SimulationError(
+                    f"{self.policy.name} asked to wait until {decision.deadline!r} at {self.now!r}: a shell would spin"
+                )
+            if decision.deadline != self._timer_deadline:
+                self._timer_gen += 1
+                self._timer_deadline = decision.deadline
+                self._push(decision.deadline, EventKind.WAKE, self._timer_gen)
+        elif isinstance(decision, Idle):
+            self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
+        if self._timer_deadline is not None:
+            self._timer_gen += 1
+            self._timer_deadline = None
+
+    def _dispatch(self, decision: Dispatch) -> None:
+        if self.busy:
+            raise SimulationError(f"{self.policy.name} dispatched while a forward runs")
+        queue = self.queues.get(decision.lane)
+        slices = queue.take(self.caps) if queue is not None else []
+        if not slices:
+            raise SimulationError(f"{self.policy.name} dispatched empty lane {decision.lane!r}")
+        forward_id = len(self.forwards)
+        items = sum(s.stop - s.start for s in slices)
+        end = self.now + self.forward(items)
+        finishing = []
+        for piece in slices:
+            request = self.requests[piece.pending.request_id]
+            if math.isnan(request.start):
+                request.start = self.now
+            request.forwards.append(forward_id)
+            if piece.is_last:
+                finishing.append(request.request_id)
+        self.forwards.append(
+            SimForward(
+                forward_id=forward_id,
+                lane=decision.lane,
+                reason=decision.reason,
+                start=self.now,
+                end=end,
+                request_ids=tuple(s.pending.request_id for s in slices),
+                items=items,
+                cost=sum(s.cost for s in slices),
+            )
+        )
+        self._finishing[forward_id] = finishing
+        self.busy = True
+        self._push(end, EventKind.FORWARD_END, forward_id)
+
+    def _check_finished(self) -> None:
+        unfinished = [r.request_id for r in self.requests.values() if not r.done]
+        if unfinished or self.busy or self.ingress_pending or any(len(q) for q in self.queues.values()):
+            raise SimulationError(
+                f"{self.policy.name} left work behind: {len(unfinished)} unfinished requests "
+                f"(e.g. {unfinished[:3]}), busy={self.busy}, ingress={self.ingress_pending}"
+            )
+
+
+def simulate(
+    policy: Policy,
+    forward: Callable[[int], float],
+    client: Client,
+    *,
+    caps: Caps | None = None,
+    pending_time: PendingTime = "arrival",
+    log_decisions: bool = False,
+) -> SimResult:
+    """Run one client through one policy on a fresh worker."""
+    sim = EngineSim(policy, forward, client, caps=caps, pending_time=pending_time, log_decisions=log_decisions)
+    return sim.run()

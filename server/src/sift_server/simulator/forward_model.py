@@ -1,0 +1,86 @@
+"""Forward-time models: how long one forward of ``n`` items takes."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class LinearForward:
+    """``F(n) = a + b*n`` seconds for a forward of ``n`` items (``n >= 1``)."""
+
+    a: float
+    b: float
+    name: str = "linear"
+
+    def __post_init__(self) -> None:
+        if self.a < 0 or self.b < 0 or self.a + self.b <= 0:
+            raise ValueError(f"forward model needs a >= 0, b >= 0 and F(1) > 0, got a={self.a} b={self.b}")
+
+    def __call__(self, n: int) -> float:
+        if n < 1:
+            raise ValueError("a forward runs at least one item")
+        return self.a + self.b * n
+
+    def capacity(self, max_batch: int) -> float:
+        """Items per second when every forward runs ``max_batch`` items."""
+        return max_batch / self(max_batch)
+
+    def describe(self) -> str:
+        return f"{self.name}: F(n) = {self.a * 1e3:.3g} ms + {self.b * 1e3:.3g} ms * n"
+
+
+GPU_LIKE = LinearForward(a=0.008, b=0.00015, name="gpu")
+CPU_LIKE = LinearForward(a=0.0006, b=0.0009, name="cpu")
+PRESETS: dict[str, LinearForward] = {"gpu": GPU_LIKE, "cpu": CPU_LIKE}
+
+
+def fit_linear(points: Mapping[int, float], name: str = "fitted") -> LinearForward:
+    """Least-squares ``a + b*n`` through measured (batch size -> seconds) points.
+
+    Constrained to ``a >= 0`` and ``b >= 0`` (noisy flat GPU timings can give a
+    slightly negative slope, which would make no physical sense): when the free
+    fit leaves that region, the best fit on its boundary is returned.
+    """
+    if any(n < 1 for n in points):
+        raise ValueError("batch sizes must be >= 1")
+    if any(t <= 0 for t in points.values()):
+        raise ValueError("forward times must be positive")
+    if len(points) < 2:
+        raise ValueError("need at least two distinct batch sizes to fit a + b*n")
+    ns = [float(n) for n in points]
+    ts = [float(points[n]) for n in points]
+    count = len(ns)
+    mean_n = sum(ns) / count
+    mean_t = sum(ts) / count
+    sxx = sum((n - mean_n) ** 2 for n in ns)
+    sxy = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts, strict=True))
+    b = sxy / sxx
+    a = mean_t - b * mean_n
+    if b < 0:
+        a, b = mean_t, 0.0
+    elif a < 0:
+        a, b = 0.0, sum(n * t for n, t in zip(ns, ts, strict=True)) / sum(n * n for n in ns)
+    return LinearForward(a=a, b=b, name=name)
+
+
+def load_points(path: Path) -> dict[int, float]:
+    """Read ``{"batch_seconds": {"1": 0.0031, "8": ...}}``; a list of samples
+    for one size is reduced to its median."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    raw = data.get("batch_seconds") if isinstance(data, dict) else None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: expected an object with a non-empty 'batch_seconds' mapping")
+    points: dict[int, float] = {}
+    for key, value in raw.items():
+        seconds = statistics.median(value) if isinstance(value, list) else value
+        points[int(key)] = float(seconds)
+    return points
+
+
+def load_fitted(path: Path, name: str = "fitted") -> LinearForward:
+    return fit_linear(load_points(path), name=name)

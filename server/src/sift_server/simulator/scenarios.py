@@ -1,0 +1,103 @@
+"""The trace families a default simulation runs, per forward model."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from sift_server.engine.batch_queue import Caps
+from sift_server.simulator.forward_model import LinearForward
+from sift_server.simulator.traces import (
+    DEFAULT_INGRESS,
+    Client,
+    Kind,
+    bursts,
+    poisson,
+    sequential,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    kind: Kind
+    make: Callable[[], Client]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig:
+    seed: int = 0
+    ingress: float = DEFAULT_INGRESS
+    sequential_n: int = 200
+    think_times: tuple[float, ...] = (0.001, 0.0002)
+    burst_sizes: tuple[int, ...] = (8, 32)
+    jitters: tuple[float, ...] = (0.0, 0.001, 0.002, 0.003)
+    burst_count: int = 40
+    burst_warmup: int = 1
+    idle_gap: float = 0.050
+    loads: tuple[float, ...] = (0.3, 0.6, 0.9)
+    poisson_duration: float = 2.0
+    poisson_warmup: float = 0.1
+
+
+def family_seed(seed: int, name: str) -> int:
+    """A stable per-family seed, so families do not share jitter sequences."""
+    return zlib.crc32(f"{seed}:{name}".encode())
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:g}ms"
+
+
+def default_families(forward: LinearForward, caps: Caps, config: TraceConfig) -> list[Family]:
+    families: list[Family] = []
+
+    def add(name: str, kind: Kind, make: Callable[[], Client]) -> None:
+        def named() -> Client:
+            client = make()
+            client.family = name
+            return client
+
+        families.append(Family(name, kind, named))
+
+    for think in config.think_times:
+        add(
+            f"seq-think{_ms(think)}",
+            "sequential",
+            partial(sequential, config.sequential_n, think, ingress=config.ingress),
+        )
+    for size in config.burst_sizes:
+        for jitter in config.jitters:
+            name = f"bursts{size}-jit{_ms(jitter)}"
+            add(
+                name,
+                "bursts",
+                partial(
+                    bursts,
+                    size,
+                    config.burst_count + config.burst_warmup,
+                    jitter,
+                    config.idle_gap,
+                    family_seed(config.seed, name),
+                    ingress=config.ingress,
+                    warmup=config.burst_warmup,
+                ),
+            )
+    capacity = forward.capacity(caps.max_requests)
+    for load in config.loads:
+        name = f"poisson-{round(load * 100)}%"
+        add(
+            name,
+            "poisson",
+            partial(
+                poisson,
+                load * capacity,
+                config.poisson_duration,
+                family_seed(config.seed, name),
+                ingress=config.ingress,
+                warmup=config.poisson_warmup,
+            ),
+        )
+    return families

@@ -1,0 +1,252 @@
+"""Arrival traces as clients the simulation loop talks to.
+
+A client hands out arrivals and hears about completions, so closed-loop
+traffic (a sequential caller, bursts released after the previous one
+finished) is generated interactively, and open-loop traffic (Poisson) is
+just a client that ignores completions.
+
+Each arrival carries its header-arrival time and its admission time. Ingress
+(read, decode, tokenize) is modelled as one server queue: requests are
+ingested one after another, ``admission_k = max(arrival_k, admission_{k-1}) +
+ingress``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+DEFAULT_INGRESS = 0.00015
+DEFAULT_COST = 12
+
+Kind = Literal["sequential", "bursts", "poisson", "replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    request_id: str
+    arrival: float
+    admission: float
+    items: int = 1
+    # Tokens per item.
+    cost: int = DEFAULT_COST
+    # Burst index for burst traffic, None otherwise.
+    group: int | None = None
+    # Warm-up requests run like any other but are left out of the figures.
+    scored: bool = True
+
+    def __post_init__(self) -> None:
+        if self.admission < self.arrival:
+            raise ValueError(f"{self.request_id}: admitted before it arrived")
+        if self.items < 1:
+            raise ValueError(f"{self.request_id}: a request has at least one item")
+
+
+class IngressQueue:
+    """A single-server FIFO: the time the server spends reading one request."""
+
+    def __init__(self, delay: float = DEFAULT_INGRESS) -> None:
+        if delay < 0:
+            raise ValueError("ingress delay must be >= 0")
+        self.delay = delay
+        self._free_at = -math.inf
+        self._last_arrival = -math.inf
+
+    def admit(self, arrival: float) -> float:
+        """Admission time of a request whose headers arrive at ``arrival``
+        (calls must come in arrival order)."""
+        if arrival < self._last_arrival:
+            raise ValueError("ingress must see arrivals in time order")
+        self._last_arrival = arrival
+        self._free_at = max(arrival, self._free_at) + self.delay
+        return self._free_at
+
+
+class Client(Protocol):
+    family: str
+    kind: Kind
+
+    def start(self) -> list[Arrival]:
+        """Arrivals known at the start of the run."""
+        ...
+
+    def on_complete(self, request_id: str, now: float) -> list[Arrival]:
+        """A request's response reached the client at ``now``; returns the
+        arrivals this releases (none before ``now``)."""
+        ...
+
+
+@dataclass(slots=True)
+class SequentialClient:
+    """Closed loop: one request in flight; the next one leaves ``think_time``
+    after the previous response."""
+
+    n: int
+    think_time: float
+    ingress: IngressQueue = field(default_factory=IngressQueue)
+    items: int = 1
+    cost: int = DEFAULT_COST
+    warmup: int = 0
+    family: str = "sequential"
+    kind: Kind = "sequential"
+    _issued: int = field(default=0, init=False)
+
+    def start(self) -> list[Arrival]:
+        return self._issue(0.0) if self.n > 0 else []
+
+    def on_complete(self, request_id: str, now: float) -> list[Arrival]:
+        if self._issued >= self.n:
+            return []
+        return self._issue(now + self.think_time)
+
+    def _issue(self, at: float) -> list[Arrival]:
+        index = self._issued
+        self._issued += 1
+        return [
+            Arrival(
+                request_id=f"s{index}",
+                arrival=at,
+                admission=self.ingress.admit(at),
+                items=self.items,
+                cost=self.cost,
+                scored=index >= self.warmup,
+            )
+        ]
+
+
+@dataclass(slots=True)
+class BurstClient:
+    """Closed loop of bursts: ``size`` requests released together, each
+    header jittered uniformly in ``[0, jitter_max]``; the next burst leaves
+    ``idle_gap`` after the previous burst's last response."""
+
+    size: int
+    count: int
+    jitter_max: float
+    idle_gap: float
+    seed: int
+    ingress: IngressQueue = field(default_factory=IngressQueue)
+    items: int = 1
+    cost: int = DEFAULT_COST
+    warmup: int = 1
+    family: str = "bursts"
+    kind: Kind = "bursts"
+    _rng: random.Random = field(init=False)
+    _released: int = field(default=0, init=False)
+    _outstanding: set[str] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.count < 0 or self.jitter_max < 0 or self.idle_gap < 0:
+            raise ValueError("invalid burst trace parameters")
+        self._rng = random.Random(f"bursts:{self.seed}")
+
+    def start(self) -> list[Arrival]:
+        return self._release(0.0) if self.count > 0 else []
+
+    def on_complete(self, request_id: str, now: float) -> list[Arrival]:
+        self._outstanding.discard(request_id)
+        if self._outstanding or self._released >= self.count:
+            return []
+        return self._release(now + self.idle_gap)
+
+    def _release(self, at: float) -> list[Arrival]:
+        burst = self._released
+        self._released += 1
+        offsets = sorted(self._rng.uniform(0.0, self.jitter_max) for _ in range(self.size))
+        arrivals = []
+        for index, offset in enumerate(offsets):
+            request_id = f"b{burst}.{index}"
+            self._outstanding.add(request_id)
+            arrivals.append(
+                Arrival(
+                    request_id=request_id,
+                    arrival=at + offset,
+                    admission=self.ingress.admit(at + offset),
+                    items=self.items,
+                    cost=self.cost,
+                    group=burst,
+                    scored=burst >= self.warmup,
+                )
+            )
+        return arrivals
+
+
+@dataclass(slots=True)
+class ReplayClient:
+    """Open loop over a fixed list of arrivals (Poisson, hand-written tests)."""
+
+    arrivals: list[Arrival]
+    family: str = "replay"
+    kind: Kind = "replay"
+
+    def start(self) -> list[Arrival]:
+        return sorted(self.arrivals, key=lambda a: a.arrival)
+
+    def on_complete(self, request_id: str, now: float) -> list[Arrival]:
+        return []
+
+
+def sequential(n: int, think_time: float, ingress: float = DEFAULT_INGRESS, warmup: int = 0) -> SequentialClient:
+    return SequentialClient(n=n, think_time=think_time, ingress=IngressQueue(ingress), warmup=warmup)
+
+
+def bursts(
+    size: int,
+    count: int,
+    jitter_max: float,
+    idle_gap: float,
+    seed: int,
+    ingress: float = DEFAULT_INGRESS,
+    warmup: int = 1,
+) -> BurstClient:
+    return BurstClient(
+        size=size,
+        count=count,
+        jitter_max=jitter_max,
+        idle_gap=idle_gap,
+        seed=seed,
+        ingress=IngressQueue(ingress),
+        warmup=warmup,
+    )
+
+
+def poisson_times(rate: float, duration: float, seed: int) -> list[float]:
+    if rate <= 0 or duration < 0:
+        raise ValueError("poisson needs rate > 0 and duration >= 0")
+    rng = random.Random(f"poisson:{seed}")
+    times = []
+    t = rng.expovariate(rate)
+    while t < duration:
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
+def poisson(
+    rate: float,
+    duration: float,
+    seed: int,
+    ingress: float = DEFAULT_INGRESS,
+    warmup: float = 0.0,
+) -> ReplayClient:
+    """Open-loop Poisson arrivals at ``rate`` requests/s for ``duration``
+    seconds; those before ``warmup`` seconds are not scored."""
+    queue = IngressQueue(ingress)
+    return ReplayClient(
+        arrivals=list(_replay(poisson_times(rate, duration, seed), queue, warmup)),
+        family="poisson",
+        kind="poisson",
+    )
+
+
+def _replay(times: Iterable[float], queue: IngressQueue, warmup: float) -> Iterable[Arrival]:
+    for index, t in enumerate(times):
+        yield Arrival(request_id=f"p{index}", arrival=t, admission=queue.admit(t), scored=t >= warmup)
+
+
+def replay(times: Iterable[float], ingress: float = DEFAULT_INGRESS, family: str = "replay") -> ReplayClient:
+    """Fixed header-arrival times through the ingress queue."""
+    return ReplayClient(arrivals=list(_replay(times, IngressQueue(ingress), -math.inf)), family=family)

@@ -1,0 +1,1 @@
+"""Wire codecs: msgpack with msgpack-numpy nd-maps, JSON, request schemas, content negotiation."""

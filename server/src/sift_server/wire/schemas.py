@@ -1,0 +1,52 @@
+"""Request bodies of the native routes as msgspec structs.
+
+msgspec validates types in the same pass that decodes JSON or msgpack and
+ignores unknown fields, as the contract requires.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Item(msgspec.Struct, omit_defaults=True):
+    id: str | None = None
+    text: str | None = None
+    metadata: dict[str, Any] | None = None
+    images: list[Any] | None = None
+    audio: Any | None = None
+    video: Any | None = None
+    document: Any | None = None
+
+
+class EncodeParams(msgspec.Struct, omit_defaults=True):
+    output_types: list[str] | None = None
+    instruction: str | None = None
+    output_dtype: str | None = None
+    options: dict[str, Any] | None = None
+
+
+class EncodeBody(msgspec.Struct):
+    items: list[Item] | None = None
+    params: EncodeParams | None = None
+
+
+class ScoreBody(msgspec.Struct):
+    query: Item | None = None
+    items: list[Item] | None = None
+    instruction: str | None = None
+    options: dict[str, Any] | None = None
+
+
+class ExtractParams(msgspec.Struct, omit_defaults=True):
+    labels: list[str] | None = None
+    output_schema: dict[str, Any] | None = None
+    instruction: str | None = None
+    options: dict[str, Any] | None = None
+
+
+class ExtractBody(msgspec.Struct):
+    items: list[Item] | None = None
+    params: ExtractParams | None = None
