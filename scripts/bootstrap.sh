@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set up everything Sift needs in ./.venv: torch (CPU build, pinned), the server,
+# the SDK and the development tools. Safe to run again: it skips work whose
+# inputs have not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python_bin="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "sift: creating .venv with $($python_bin --version)"
+  "$python_bin" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
+stamp=.venv/.sift-installed
+inputs=$(cat scripts/bootstrap.sh server/pyproject.toml sdk/pyproject.toml requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs" ]; then
+  exit 0
+fi
+
+echo "sift: installing dependencies (first run takes a few minutes)"
+python -m pip install --quiet --upgrade pip
+# torch first and pinned: left to a resolver, "torch" means a multi-GB CUDA build.
+python -m pip install --quiet "torch==2.13.0"
+python -m pip install --quiet -e ./sdk -e "./server[extract,rerank]" -r requirements-dev.txt
+echo "$inputs" > "$stamp"
+echo "sift: environment ready in .venv"

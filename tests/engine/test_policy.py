@@ -1,0 +1,243 @@
+"""Deterministic policy tests: explicit state, a fake clock, no event loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sift_server.engine.arrivals import ArrivalModel
+from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
+from sift_server.engine.clock import FakeClock
+from sift_server.engine.policy import (
+    AdaptivePolicy,
+    Dispatch,
+    Idle,
+    ImmediatePolicy,
+    LaneView,
+    Policy,
+    SchedulerState,
+    TimedPolicy,
+    WaitUntil,
+)
+
+MS = 0.001
+
+
+@dataclass
+class Harness:
+    """A minimal scheduler around a policy, driven by hand."""
+
+    policy: Policy
+    clock: FakeClock = field(default_factory=FakeClock)
+    arrivals: ArrivalModel = field(default_factory=ArrivalModel)
+    queues: dict[str, BatchQueue] = field(default_factory=dict)
+    caps: Caps = field(default_factory=Caps)
+    busy: bool = False
+    last_forward_end: float = float("-inf")
+    ingress: int = 0
+    draining: bool = False
+
+    def arrive(self, rid: str, lane: str = "default", costs: tuple[int, ...] = (8,)) -> None:
+        now = self.clock()
+        self.arrivals.observe(now)
+        self.queues.setdefault(lane, BatchQueue(lane)).add(Pending(rid, list(costs), now))
+
+    def state(self) -> SchedulerState:
+        lanes = [
+            LaneView(q.lane, q.pending[0].arrival, q.pending[-1].arrival, len(q), q.would_fill(self.caps))
+            for q in self.queues.values()
+            if q.pending
+        ]
+        return SchedulerState(lanes, self.busy, self.last_forward_end, self.ingress, self.arrivals, self.draining)
+
+    def decide(self):  # type: ignore[no-untyped-def]
+        return self.policy.decide(self.state(), self.clock())
+
+    def dispatch(self, decision: Dispatch) -> list[str]:
+        taken = self.queues[decision.lane].take(self.caps)
+        return [s.pending.request_id for s in taken]
+
+    def run_forward(self, duration: float) -> None:
+        self.busy = True
+        self.clock.advance(duration)
+        self.busy = False
+        self.last_forward_end = self.clock()
+
+    def settle(self) -> list[tuple[str, list[str]]]:
+        """Advance through waits and dispatches until idle; returns (reason, ids) per forward."""
+        forwards = []
+        while True:
+            decision = self.decide()
+            if isinstance(decision, Dispatch):
+                forwards.append((decision.reason, self.dispatch(decision)))
+                self.run_forward(1 * MS)
+            elif isinstance(decision, WaitUntil):
+                self.clock.now = decision.deadline
+            else:
+                return forwards
+
+
+def burst(h: Harness, size: int, gap: float, prefix: str) -> None:
+    for i in range(size):
+        if i:
+            h.clock.advance(gap)
+        h.arrive(f"{prefix}{i}")
+
+
+def test_immediate_dispatches_a_lone_request_without_waiting() -> None:
+    h = Harness(ImmediatePolicy())
+    h.arrive("a")
+    assert h.decide() == Dispatch("default", "lone")
+
+
+def test_timed_waits_for_quiet_window_then_dispatches() -> None:
+    h = Harness(TimedPolicy(idle_coalesce=3 * MS, max_wait=15 * MS))
+    h.arrive("a")
+    assert h.decide() == WaitUntil(3 * MS)
+    h.clock.advance(1 * MS)
+    h.arrive("b")
+    assert h.decide() == WaitUntil(4 * MS)
+    h.clock.now = 4 * MS
+    assert h.decide() == Dispatch("default", "window")
+
+
+def test_timed_is_bounded_by_max_wait() -> None:
+    h = Harness(TimedPolicy(idle_coalesce=3 * MS, max_wait=5 * MS))
+    for _ in range(4):
+        h.arrive("x")
+        h.clock.advance(2 * MS)
+    assert h.decide() == Dispatch("default", "max-wait")
+
+
+def test_busy_executor_means_no_decision_until_it_is_free() -> None:
+    h = Harness(AdaptivePolicy())
+    h.arrive("a")
+    h.busy = True
+    assert h.decide() == Idle()
+
+
+def test_adaptive_sequential_traffic_dispatches_each_request_at_once() -> None:
+    h = Harness(AdaptivePolicy())
+    for i in range(20):
+        h.arrive(f"r{i}")
+        assert h.decide() == Dispatch("default", "lone"), i
+        h.dispatch(Dispatch("default", "lone"))
+        h.run_forward(3 * MS)
+        h.clock.advance(1 * MS)  # client think time
+
+
+def test_adaptive_learns_a_burst_and_fuses_the_next_one_whole() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    # First burst of 8 after sequential history: nothing predicts it, it may split.
+    burst(h, 8, 0.2 * MS, "a")
+    h.settle()
+    h.clock.advance(50 * MS)
+    # The second burst: the model expects 8 and dispatches the moment the 8th arrives.
+    for i in range(8):
+        if i:
+            h.clock.advance(0.2 * MS)
+        h.arrive(f"b{i}")
+        decision = h.decide()
+        if i < 7:
+            assert isinstance(decision, WaitUntil), (i, decision)
+    assert decision == Dispatch("default", "burst-complete")
+    assert len(h.dispatch(decision)) == 8
+
+
+def test_adaptive_bursts_with_jitter_each_run_as_one_forward_after_the_first() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    gaps = [0.1, 0.4, 0.05, 0.3, 0.2, 0.35, 0.15]  # jittered arrivals inside a burst
+    shapes = []
+    for b in range(5):
+        for i in range(8):
+            if i:
+                h.clock.advance(gaps[(i + b) % len(gaps)] * MS)
+            h.arrive(f"{b}-{i}")
+            decision = h.decide()
+            if isinstance(decision, Dispatch):
+                h.dispatch(decision)
+                shapes.append(decision.reason)
+                h.run_forward(0.01 * MS)
+        shapes.extend(reason for reason, _ in h.settle())
+        h.clock.advance(50 * MS)
+    # After the first burst taught the size, every burst is one forward.
+    assert shapes[-4:] == ["burst-complete"] * 4
+
+
+def test_adaptive_smaller_burst_than_predicted_ends_on_the_quiet_gap() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    burst(h, 8, 0.2 * MS, "a")
+    h.settle()
+    h.clock.advance(50 * MS)
+    burst(h, 3, 0.2 * MS, "b")
+    decision = h.decide()
+    assert isinstance(decision, WaitUntil)
+    assert decision.deadline < h.clock() + 1 * MS
+    h.clock.now = decision.deadline
+    decision = h.decide()
+    assert decision == Dispatch("default", "window")
+    assert len(h.dispatch(decision)) == 3
+
+
+def test_adaptive_waits_while_requests_are_in_ingress() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    h.arrive("a")
+    h.ingress = 2
+    assert h.decide() == WaitUntil(10 * MS)
+    h.ingress = 0
+    assert h.decide() == Dispatch("default", "lone")
+
+
+def test_adaptive_hold_is_bounded() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    h.arrive("a")
+    h.ingress = 1
+    h.clock.advance(10 * MS)
+    assert h.decide() == Dispatch("default", "max-wait")
+
+
+def test_work_that_queued_behind_a_forward_drains_at_once() -> None:
+    for policy in (AdaptivePolicy(), TimedPolicy(), ImmediatePolicy()):
+        h = Harness(policy)
+        h.arrive("a")
+        h.busy = True
+        h.clock.advance(1 * MS)
+        h.arrive("b")
+        h.run_forward(2 * MS)
+        assert h.decide() == Dispatch("default", "drain"), policy.name
+
+
+def test_full_batch_dispatches_without_waiting() -> None:
+    h = Harness(TimedPolicy(), caps=Caps(max_requests=4))
+    for i in range(4):
+        h.arrive(f"r{i}")
+    assert h.decide() == Dispatch("default", "full")
+
+
+def test_draining_dispatches_everything() -> None:
+    h = Harness(TimedPolicy())
+    h.arrive("a")
+    h.draining = True
+    assert h.decide() == Dispatch("default", "drain")
+
+
+def test_lanes_are_served_oldest_head_first_so_none_starves() -> None:
+    h = Harness(ImmediatePolicy(), caps=Caps(max_requests=1))
+    h.arrive("base-0", lane="base")
+    h.clock.advance(MS)
+    h.arrive("lora-0", lane="lora-a")
+    h.clock.advance(MS)
+    h.arrive("base-1", lane="base")
+    order = [ids[0] for _, ids in h.settle()]
+    assert order == ["base-0", "lora-0", "base-1"]
+
+
+def test_arrival_model_predicts_lone_traffic_from_sequential_history() -> None:
+    model = ArrivalModel(link_gap=2 * MS)
+    for i in range(5):
+        model.observe(i * 10 * MS)
+    assert model.predicted_size(40 * MS) == 1
+    for i in range(6):
+        model.observe(100 * MS + i * 0.1 * MS)
+    model.observe(200 * MS)
+    assert model.expected_size == 6
+    assert 0.2 * MS <= model.follow_gap <= 2 * MS

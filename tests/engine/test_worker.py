@@ -1,0 +1,221 @@
+"""The worker shell under real asyncio concurrency, with a fake forward that
+records every batch. Waits on events, never on wall-clock bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sift_server.adapters.base import Part, Prepared
+from sift_server.engine.batch_queue import Caps
+from sift_server.engine.policy import AdaptivePolicy, ImmediatePolicy, TimedPolicy
+from sift_server.engine.worker import ModelWorker, WorkerConfig
+from sift_server.errors import InferenceError, QueueFull, ShuttingDown
+
+
+class FakeForward:
+    """Echoes each item's payload; can be gated to hold a forward open."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_when: str | None = None
+
+    def __call__(self, parts: Sequence[Part]) -> list[list[Any]]:
+        ids = [f"{p.prepared.payload[i]}" for p in parts for i in range(p.start, p.stop)]
+        self.batches.append(ids)
+        self.entered.set()
+        self.gate.wait(timeout=30)
+        if self.fail_when is not None and self.fail_when in ids:
+            raise RuntimeError("boom")
+        return [[f"out:{p.prepared.payload[i]}" for i in range(p.start, p.stop)] for p in parts]
+
+
+def prepared(*names: str, key: object = None) -> Prepared:
+    return Prepared(item_costs=[4] * len(names), compat_key=key, payload=list(names))
+
+
+def make_worker(forward: FakeForward, policy: Any = None, **config: Any) -> ModelWorker:
+    worker = ModelWorker("m", forward, policy or ImmediatePolicy(), WorkerConfig(**config))
+    worker.start()
+    return worker
+
+
+async def test_each_request_gets_its_own_outputs_in_order() -> None:
+    forward = FakeForward()
+    worker = make_worker(forward)
+    ticket = worker.submit(prepared("a", "b", "c"), request_id="r")
+    assert await ticket.future == ["out:a", "out:b", "out:c"]
+    assert ticket.timing.forwards == 1
+    await worker.close(1.0)
+
+
+async def test_a_burst_arriving_in_one_loop_turn_runs_as_one_forward() -> None:
+    forward = FakeForward()
+    worker = make_worker(forward, AdaptivePolicy())
+    tickets = [worker.submit(prepared(f"x{i}"), request_id=f"r{i}") for i in range(32)]
+    results = await asyncio.gather(*(t.future for t in tickets))
+    assert results == [[f"out:x{i}"] for i in range(32)]
+    assert len(forward.batches) == 1
+    assert worker.forwards_run == 1
+    await worker.close(1.0)
+
+
+async def test_requests_in_ingress_hold_the_forward_until_admitted() -> None:
+    forward = FakeForward()
+    worker = make_worker(forward, AdaptivePolicy(max_hold=30.0))
+    tickets_in_ingress = [worker.ingress.begin(0.0) for _ in range(3)]
+    first = worker.submit(prepared("a"), request_id="a", ingress=tickets_in_ingress[0])
+    await asyncio.sleep(0)  # let the scheduler see the state: two still in ingress
+    await asyncio.sleep(0)
+    assert forward.batches == []
+    second = worker.submit(prepared("b"), request_id="b", ingress=tickets_in_ingress[1])
+    tickets_in_ingress[2].end()  # this one failed validation and never arrives
+    await asyncio.gather(first.future, second.future)
+    assert forward.batches == [["a", "b"]]
+    await worker.close(1.0)
+
+
+async def test_work_arriving_during_a_forward_drains_in_the_next_one() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward, TimedPolicy())
+    first = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    later = [worker.submit(prepared(f"b{i}"), request_id=f"b{i}") for i in range(5)]
+    forward.gate.set()
+    await asyncio.gather(first.future, *(t.future for t in later))
+    assert forward.batches == [["a"], ["b0", "b1", "b2", "b3", "b4"]]
+    await worker.close(1.0)
+
+
+async def test_cancelled_queued_request_never_runs() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    gone = worker.submit(prepared("gone"), request_id="gone")
+    kept = worker.submit(prepared("kept"), request_id="kept")
+    gone.future.cancel()
+    forward.gate.set()
+    assert await kept.future == ["out:kept"]
+    await running.future
+    assert all("gone" not in batch for batch in forward.batches)
+    await worker.close(1.0)
+
+
+async def test_cancel_during_forward_drops_only_that_result() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward)
+    tickets = [worker.submit(prepared(f"x{i}"), request_id=f"r{i}") for i in range(3)]
+    await asyncio.to_thread(forward.entered.wait, 30)
+    tickets[1].future.cancel()
+    forward.gate.set()
+    assert await tickets[0].future == ["out:x0"]
+    assert await tickets[2].future == ["out:x2"]
+    assert tickets[1].future.cancelled()
+    await worker.close(1.0)
+
+
+async def test_forward_error_fails_only_its_own_requests_and_worker_keeps_serving() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward, caps=Caps(max_requests=2))
+    first = worker.submit(prepared("ok0"), request_id="ok0")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    bad = worker.submit(prepared("bad"), request_id="bad")
+    peer = worker.submit(prepared("peer"), request_id="peer")
+    after = worker.submit(prepared("after"), request_id="after")
+    forward.fail_when = "bad"
+    forward.gate.set()
+    assert await first.future == ["out:ok0"]
+    with pytest.raises(InferenceError):
+        await bad.future
+    with pytest.raises(InferenceError):
+        await peer.future  # shared the failing forward
+    assert await after.future == ["out:after"]
+    assert [b for b in forward.batches if "after" in b] == [["after"]]
+    await worker.close(1.0)
+
+
+async def test_queue_full_rejects_beyond_max_queue_items() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward, max_queue_items=4)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    queued = worker.submit(prepared("b", "c", "d"), request_id="b")
+    with pytest.raises(QueueFull) as info:
+        worker.submit(prepared("e", "f"), request_id="e")
+    assert info.value.retry_after == 1
+    forward.gate.set()
+    await asyncio.gather(running.future, queued.future)
+    await worker.close(1.0)
+
+
+async def test_shutdown_finishes_queued_work_within_grace_then_refuses() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    queued = worker.submit(prepared("b"), request_id="b")
+    closing = asyncio.create_task(worker.close(30.0))
+    await asyncio.sleep(0)
+    with pytest.raises(ShuttingDown):
+        worker.submit(prepared("late"), request_id="late")
+    forward.gate.set()
+    await closing
+    assert await running.future == ["out:a"]
+    assert await queued.future == ["out:b"]
+
+
+async def test_shutdown_past_grace_fails_what_remains_and_nothing_hangs() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    queued = worker.submit(prepared("b"), request_id="b")
+    await worker.close(0.0)
+    with pytest.raises(ShuttingDown):
+        await queued.future
+    with pytest.raises(ShuttingDown):
+        await running.future
+    forward.gate.set()
+
+
+async def test_lanes_get_separate_queues_and_fair_turns() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward, caps=Caps(max_requests=2))
+    blocker = worker.submit(prepared("block"), request_id="block")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    tickets = [worker.submit(prepared(f"base{i}"), request_id=f"b{i}") for i in range(4)]
+    tickets.append(worker.submit(prepared("lora0"), request_id="l0", lane="lora-a"))
+    forward.gate.set()
+    await asyncio.gather(blocker.future, *(t.future for t in tickets))
+    batches = forward.batches[1:]
+    # No batch mixes lanes, and the LoRA request is not starved behind all base work.
+    assert ["lora0"] in batches
+    assert all(("lora0" in b) == (b == ["lora0"]) for b in batches)
+    assert batches.index(["lora0"]) <= 2
+    await worker.close(1.0)
+
+
+async def test_split_request_reassembles_outputs_across_forwards() -> None:
+    forward = FakeForward()
+    worker = make_worker(forward, caps=Caps(max_cost=8))
+    ticket = worker.submit(prepared("a", "b", "c", "d", "e"), request_id="big")
+    assert await ticket.future == ["out:a", "out:b", "out:c", "out:d", "out:e"]
+    assert forward.batches == [["a", "b"], ["c", "d"], ["e"]]
+    assert ticket.timing.forwards == 3
+    await worker.close(1.0)
