@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sift_server.adapters._torch_runtime import configure_threads, module_bytes
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -75,8 +76,7 @@ class CrossEncoderAdapter(Adapter):
     def load(cls, ctx: LoadContext) -> CrossEncoderAdapter:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        if ctx.torch_threads > 0:
-            torch.set_num_threads(ctx.torch_threads)
+        configure_threads(ctx.torch_threads)
         activation = str(ctx.options.get("activation", "identity"))
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -122,11 +122,11 @@ class CrossEncoderAdapter(Adapter):
         return [float(s) for s in scores.cpu().tolist()]
 
     def memory_bytes(self) -> int:
-        tensors = [*self.model.parameters(), *self.model.buffers()]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return module_bytes(self.model)
 
     def close(self) -> None:
-        self.model.to("meta")
+        # Drop the weights now rather than when the last reference goes away.
+        torch.nn.Module.to(self.model, "meta")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -152,9 +152,11 @@ class ModelWorker:
             if self.draining or self._stopped:
                 raise ShuttingDown("The server is shutting down and admits no new work.")
             n_items = len(prepared.item_costs)
-            if self.queued_items + n_items > self.config.max_queue_items:
+            # An empty queue admits any one request (its size was checked at the API).
+            queued = self.queued_items
+            if queued and queued + n_items > self.config.max_queue_items:
                 raise QueueFull(
-                    f"Model '{self.model}' has {self.queued_items} items queued "
+                    f"Model '{self.model}' has {queued} items queued "
                     f"(limit {self.config.max_queue_items}); retry shortly."
                 )
             loop = asyncio.get_running_loop()

@@ -21,7 +21,7 @@ from sift_server.simulator.report import (
     write_json,
 )
 from sift_server.simulator.runner import Matrix, run_matrix
-from sift_server.simulator.scenarios import TraceConfig
+from sift_server.simulator.scenarios import TraceConfig, system_capacity
 
 HELP = "replay arrival traces through the batching policies on a virtual clock"
 
@@ -40,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingress-ms", type=float, default=0.15, help="server time to ingest one request")
     parser.add_argument(
         "--pending-time",
-        choices=("arrival", "admission"),
-        default="arrival",
-        help="what a queued request's arrival stamp holds (header arrival or admission)",
+        choices=("admission", "arrival"),
+        default="admission",
+        help="what a queued request's arrival stamp holds (the worker stores the admission time)",
     )
     parser.add_argument("--max-requests", type=int, default=Caps().max_requests)
     parser.add_argument("--max-cost", type=int, default=Caps().max_cost)
@@ -54,12 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``simulate`` to an ``argparse`` sub-parser set; its handler is ``args.func(args)``."""
+    """Add ``simulate`` to an ``argparse`` sub-parser set; its handler is ``args.handler(args)``."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "simulate", help=HELP, description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     add_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(handler=run)
     return parser
 
 
@@ -107,7 +107,12 @@ def run(args: argparse.Namespace) -> int:
     results = verdicts(summaries)
 
     for forward in forwards:
-        print(forward.describe(), f"(capacity {forward.capacity(matrix.caps.max_requests):.0f} req/s at the cap)")
+        capacity = system_capacity(forward, matrix.caps, matrix.traces.ingress)
+        print(
+            forward.describe(),
+            f"(forward capacity {forward.capacity(matrix.caps.max_requests):.0f} req/s at the cap;",
+            f"Poisson loads are relative to {capacity:.0f} req/s, ingress included)",
+        )
     print()
     print(summary_table(summaries))
     if results:

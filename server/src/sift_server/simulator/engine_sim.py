@@ -1,10 +1,12 @@
 """A discrete-event loop that mirrors the worker shell on a virtual clock.
 
-The shell's state is reproduced field by field: one ``BatchQueue`` per lane,
-an ``ArrivalModel`` fed with header-arrival times, the ingress count (headers
+The shell's state (``engine/worker.py``) is reproduced field by field: one
+``BatchQueue`` per lane whose ``Pending.arrival`` is the admission time, an
+``ArrivalModel`` fed with header-arrival times, the ingress count (headers
 arrived, request not admitted yet), the ``busy`` flag and the end of the last
-forward. At every event (header arrival, admission, forward end, a
-``WaitUntil`` deadline) a ``SchedulerState`` is built and the policy decides:
+forward. The shell wakes on admission, forward end and a ``WaitUntil``
+deadline (a header arrival only updates the ingress board), so those are the
+events at which a ``SchedulerState`` is built and the policy decides:
 
 * ``Dispatch``: a batch is taken with ``BatchQueue.take(caps)`` and its forward
   ends at ``now + F(items)``;
@@ -38,8 +40,8 @@ from sift_server.engine.policy import (
 )
 from sift_server.simulator.traces import Arrival, Client
 
-# What a queued request's ``Pending.arrival`` holds: the time its headers
-# arrived (what the ArrivalModel sees) or the time it was admitted.
+# What a queued request's ``Pending.arrival`` holds: the time it was admitted
+# (what the worker shell stores) or the time its headers arrived.
 PendingTime = Literal["arrival", "admission"]
 DEFAULT_LANE = "base"
 
@@ -136,7 +138,8 @@ class EngineSim:
         *,
         caps: Caps | None = None,
         arrival_model: ArrivalModel | None = None,
-        pending_time: PendingTime = "arrival",
+        pending_time: PendingTime = "admission",
+        wake_on_header: bool = False,
         lane_of: Callable[[Arrival], str] = _default_lane,
         forward_name: str = "",
         log_decisions: bool = False,
@@ -148,6 +151,7 @@ class EngineSim:
         self.caps = caps if caps is not None else Caps()
         self.arrivals = arrival_model if arrival_model is not None else ArrivalModel()
         self.pending_time: PendingTime = pending_time
+        self.wake_on_header = wake_on_header
         self.lane_of = lane_of
         self.forward_name = forward_name or getattr(forward, "name", "forward")
         self.max_events = max_events
@@ -183,7 +187,8 @@ class EngineSim:
                 raise SimulationError(f"more than {self.max_events} events: the run does not end")
             self.now = event.time
             self._handle(event)
-            self._decide()
+            if event.kind is not EventKind.ARRIVAL or self.wake_on_header:
+                self._decide()
         self._check_finished()
         return SimResult(
             policy=self.policy.name,
@@ -257,7 +262,7 @@ class EngineSim:
             LaneView(
                 lane=queue.lane,
                 head_arrival=queue.pending[0].arrival,
-                last_arrival=max(p.arrival for p in queue.pending),
+                last_arrival=queue.pending[-1].arrival,
                 requests=len(queue),
                 fills_cap=queue.would_fill(self.caps),
             )
@@ -346,7 +351,7 @@ def simulate(
     client: Client,
     *,
     caps: Caps | None = None,
-    pending_time: PendingTime = "arrival",
+    pending_time: PendingTime = "admission",
     log_decisions: bool = False,
 ) -> SimResult:
     """Run one client through one policy on a fresh worker."""

@@ -19,7 +19,7 @@ class Matrix:
     policies: Sequence[Callable[[], Policy]]
     traces: TraceConfig
     caps: Caps = field(default_factory=Caps)
-    pending_time: PendingTime = "arrival"
+    pending_time: PendingTime = "admission"
     family_filter: Sequence[str] = ()
 
 

@@ -47,6 +47,13 @@ def family_seed(seed: int, name: str) -> int:
     return zlib.crc32(f"{seed}:{name}".encode())
 
 
+def system_capacity(forward: LinearForward, caps: Caps, ingress: float) -> float:
+    """Requests/s the model sustains: the forward at the request cap, or the
+    single ingress server if that is the slower of the two."""
+    capacity = forward.capacity(caps.max_requests)
+    return min(capacity, 1.0 / ingress) if ingress > 0 else capacity
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:g}ms"
 
@@ -85,7 +92,7 @@ def default_families(forward: LinearForward, caps: Caps, config: TraceConfig) ->
                     warmup=config.burst_warmup,
                 ),
             )
-    capacity = forward.capacity(caps.max_requests)
+    capacity = system_capacity(forward, caps, config.ingress)
     for load in config.loads:
         name = f"poisson-{round(load * 100)}%"
         add(

@@ -1,0 +1,222 @@
+"""Arms: what one server process of a run is made of.
+
+A *policy arm* runs the current tree (the installed ``sift_server``) with one
+batching policy. A *revision arm* runs the code of a git revision: the ref is
+resolved to a commit id once, that commit (never the ref again) is archived
+into a folder of its own, and a manifest records the ref, the commit id, the
+tree id and the sha256 of every archived file. A branch that moves while we
+prepare therefore cannot change what is measured, and the manifest is checked
+again before every server start. The revision's server runs from its folder
+(``PYTHONPATH=<folder>/server/src``) with the current virtual environment's
+dependencies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+_SKIP_PARTS = frozenset({"__pycache__", ".git", ".mypy_cache", ".ruff_cache", ".pytest_cache"})
+
+
+class ArmError(RuntimeError):
+    """An arm cannot be prepared (unknown ref, no server in the revision, ...)."""
+
+
+@dataclass(slots=True)
+class Arm:
+    name: str
+    policy: str
+    kind: Literal["policy", "rev"] = "policy"
+    ref: str | None = None
+    commit: str | None = None
+    folder: Path | None = None
+    manifest: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def pythonpath(self) -> Path | None:
+        """The source folder a revision's server imports from (None: the installed tree)."""
+        return self.folder / "server" / "src" if self.folder is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "policy": self.policy,
+            "kind": self.kind,
+            "ref": self.ref,
+            "commit": self.commit,
+            "folder": str(self.folder) if self.folder else None,
+            "manifest_digest": self.manifest.get("digest") if self.manifest else None,
+        }
+
+
+def policy_arm(policy: str) -> Arm:
+    return Arm(name=policy, policy=policy)
+
+
+# ---- hashing ------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hash_tree(folder: Path) -> dict[str, str]:
+    """``{relative posix path: sha256}`` of every regular file (caches skipped)."""
+    files: dict[str, str] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part in _SKIP_PARTS for part in rel.parts) or path.suffix == ".pyc":
+            continue
+        if path.is_file() and not path.is_symlink():
+            files[rel.as_posix()] = sha256_file(path)
+    return files
+
+
+def tree_digest(files: Mapping[str, str]) -> str:
+    """One sha256 over the sorted (path, hash) list: equal digests, equal trees."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{files[name]}\n".encode())
+    return digest.hexdigest()
+
+
+# ---- git ----------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ArmError(f"git {' '.join(args)} failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout.strip()
+
+
+def repo_root(start: Path) -> Path:
+    return Path(_git(start, "rev-parse", "--show-toplevel"))
+
+
+def resolve_commit(repo: Path, ref: str) -> str:
+    """The full commit id ``ref`` names right now."""
+    if ref.startswith("-"):
+        raise ArmError(f"not a revision: {ref!r}")
+    try:
+        return _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+    except ArmError as exc:
+        raise ArmError(f"unknown revision {ref!r}: {exc}") from exc
+
+
+def archive_commit(repo: Path, commit: str, dest: Path) -> None:
+    """Extract the tree of ``commit`` (a full id, not a ref) into ``dest``."""
+    result = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True, check=False
+    )
+    if result.returncode != 0:
+        raise ArmError(f"git archive {commit} failed: {result.stderr.decode(errors='replace').strip()}")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as tar:
+        tar.extractall(dest, filter="data")
+
+
+def build_manifest(repo: Path, ref: str, commit: str, folder: Path) -> dict[str, Any]:
+    files = hash_tree(folder)
+    return {
+        "ref": ref,
+        "commit": commit,
+        "tree": _git(repo, "rev-parse", f"{commit}^{{tree}}"),
+        "repo": str(repo),
+        "folder": str(folder),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": files,
+        "digest": tree_digest(files),
+    }
+
+
+def verify_manifest(manifest: Mapping[str, Any], folder: Path) -> list[str]:
+    """Differences between ``folder`` and its manifest (empty: untouched)."""
+    expected: Mapping[str, str] = manifest["files"]
+    actual = hash_tree(folder)
+    problems = [f"changed: {name}" for name in sorted(expected) if name in actual and actual[name] != expected[name]]
+    problems += [f"missing: {name}" for name in sorted(expected) if name not in actual]
+    problems += [f"added: {name}" for name in sorted(actual) if name not in expected]
+    return problems
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "rev"
+
+
+def prepare_rev_arm(repo: Path, ref: str, policy: str, work_root: Path, *, name: str | None = None) -> Arm:
+    """Resolve ``ref`` once, archive that commit under ``work_root``, hash it.
+
+    The manifest notes it when the ref has moved by the end of the preparation
+    (the archived commit is still the one resolved first)."""
+    commit = resolve_commit(repo, ref)
+    folder = work_root / f"{_safe(ref)}-{commit[:12]}"
+    if folder.exists():
+        raise ArmError(f"{folder} already exists")
+    archive_commit(repo, commit, folder)
+    if not (folder / "server" / "src" / "sift_server" / "__init__.py").is_file():
+        raise ArmError(f"revision {ref} ({commit[:12]}) has no server/src/sift_server to run")
+    manifest = build_manifest(repo, ref, commit, folder)
+    try:
+        now = resolve_commit(repo, ref)
+    except ArmError:
+        now = None
+    manifest["ref_moved_to"] = now if now != commit else None
+    return Arm(name=name or f"rev:{ref}", policy=policy, kind="rev", ref=ref, commit=commit, folder=folder,
+               manifest=manifest)
+
+
+def check_rev_imports(arm: Arm) -> str:
+    """Where ``sift_server`` is imported from under the arm's PYTHONPATH; raises
+    when that is not the arm's folder (an install would shadow the revision)."""
+    if arm.pythonpath is None:
+        raise ArmError(f"arm {arm.name} is not a revision arm")
+    env = {**os.environ, "PYTHONPATH": str(arm.pythonpath)}
+    result = subprocess.run(
+        [sys.executable, "-c", "import sift_server, sys; sys.stdout.write(sift_server.__file__)"],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    where = result.stdout.strip()
+    if result.returncode != 0 or not Path(where).resolve().is_relative_to(arm.pythonpath.resolve()):
+        raise ArmError(f"revision {arm.ref}: sift_server imports from {where or result.stderr.strip()!r}, "
+                       f"not from {arm.pythonpath}")
+    return where
+
+
+def write_manifest(arm: Arm, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{_safe(arm.name)}.manifest.json"
+    path.write_text(json.dumps(arm.manifest, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def worktree_state(package_dir: Path) -> dict[str, Any]:
+    """What the policy arms run: the installed package's files, and the git
+    state of the checkout it lives in (when it is one)."""
+    files = hash_tree(package_dir)
+    state: dict[str, Any] = {"package_dir": str(package_dir), "digest": tree_digest(files), "files": len(files)}
+    try:
+        root = repo_root(package_dir)
+        state["repo"] = str(root)
+        state["head"] = _git(root, "rev-parse", "HEAD")
+        status = _git(root, "status", "--porcelain", "--", str(package_dir))
+        state["dirty"] = [line for line in status.splitlines() if line.strip()]
+    except ArmError:
+        state["repo"] = None
+    return state

@@ -1,0 +1,141 @@
+"""The ceiling: items/s of the model itself, in-process, at given batch sizes.
+
+Run as a child process (``python -m sift_server.bench.ceiling``) pinned to the
+server's CPUs with the server's torch threads, so that it measures what the
+server's forward could do on the same core. Tokenization is done beforehand;
+only ``adapter.forward`` is timed, on batches of the same texts the benchmark
+sends."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sift_server.bench.server_proc import child_env, pin_prefix
+from sift_server.bench.stats import median
+from sift_server.bench.workload import make_texts
+
+GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+_BATCHES_PER_SIZE = 8
+
+
+def measure(
+    adapter: Any,
+    texts: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    min_time_s: float = 0.5,
+    min_reps: int = 3,
+    max_reps: int = 200,
+    progress: Callable[[int], None] = lambda size: None,
+) -> dict[str, Any]:
+    from sift_server.adapters.base import EncodeTask, Part
+
+    out: dict[str, Any] = {}
+    for size in sorted(set(sizes)):
+        parts = []
+        for b in range(_BATCHES_PER_SIZE):
+            batch = [texts[(b * size + k) % len(texts)] for k in range(size)]
+            parts.append([Part(adapter.prepare(EncodeTask(batch)), 0, size)])
+        adapter.forward(parts[0])  # not timed: first call at this shape
+        times: list[float] = []
+        until = time.perf_counter() + min_time_s
+        while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() < until):
+            batch_parts = parts[len(times) % len(parts)]
+            t0 = time.perf_counter()
+            adapter.forward(batch_parts)
+            times.append(time.perf_counter() - t0)
+        mid = median(times)
+        out[str(size)] = {"median_s": mid, "items_per_s": size / mid, "times_s": times}
+        progress(size)
+    return out
+
+
+def summarize(sizes: dict[str, Any]) -> dict[str, Any]:
+    best_size = max(sizes, key=lambda s: sizes[s]["items_per_s"])
+    return {"size": int(best_size), "items_per_s": sizes[best_size]["items_per_s"]}
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="In-process forward throughput of a catalog model (JSON on stdout).")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--catalog", action="append", type=Path, default=[])
+    parser.add_argument("--sizes", required=True, help="comma-separated batch sizes")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--min-time", type=float, default=0.5)
+    parser.add_argument("--min-reps", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from sift_server.registry.catalog import Catalog
+    from sift_server.registry.loader import load_adapter
+
+    started = time.perf_counter()
+    spec = Catalog.from_dirs(args.catalog).get(args.model)
+    adapter = load_adapter(spec, torch_threads=args.torch_threads)
+    load_s = time.perf_counter() - started
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    def note(size: int) -> None:
+        print(f"ceiling: batch {size} done", file=sys.stderr, flush=True)
+
+    measured = measure(
+        adapter, make_texts(seed=args.seed), sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note
+    )
+    result = {
+        "model": args.model,
+        "torch_threads": args.torch_threads,
+        "load_s": load_s,
+        "sizes": measured,
+        "best": summarize(measured),
+    }
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def run_ceiling(
+    model: str,
+    catalogs: Sequence[Path],
+    sizes: Sequence[int],
+    *,
+    cpus: set[int] | None,
+    torch_threads: int,
+    min_time_s: float,
+    seed: int,
+    log_path: Path,
+    timeout_s: float = 1800.0,
+) -> dict[str, Any]:
+    """Measure in a pinned child process; raises ``RuntimeError`` on failure."""
+    command = [
+        *pin_prefix(cpus),
+        sys.executable, "-m", "sift_server.bench.ceiling",
+        "--model", model,
+        "--sizes", ",".join(str(s) for s in sorted(set(sizes))),
+        "--torch-threads", str(torch_threads),
+        "--min-time", str(min_time_s),
+        "--seed", str(seed),
+        *[arg for folder in catalogs for arg in ("--catalog", str(folder))],
+    ]  # fmt: skip
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        completed = subprocess.run(
+            command, stdout=subprocess.PIPE, stderr=log, env=child_env(), timeout=timeout_s, check=False
+        )
+    lines = completed.stdout.decode(errors="replace").strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        tail = log_path.read_text(errors="replace").splitlines()[-20:]
+        raise RuntimeError(f"ceiling measurement failed ({completed.returncode}):\n" + "\n".join(tail))
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["cpus"] = sorted(cpus) if cpus else None
+    result["command"] = command
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

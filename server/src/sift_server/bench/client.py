@@ -1,0 +1,210 @@
+"""The load generator's two clients, and the validation of every response.
+
+``sdk`` goes through ``sift_sdk.AsyncSiftClient`` (what users run); ``httpx``
+posts MessagePack with httpx directly (no SDK in the path). Both send a unique
+``X-Request-ID`` per request (the SDK through an httpx request hook, from a
+context variable set by the caller's task), never retry, and check each answer:
+HTTP status, echoed request id, item count, vector shape and finite values.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import httpx
+import msgpack
+import numpy as np
+
+ClientKind = Literal["sdk", "httpx"]
+
+# Under uvicorn's 5 s keep-alive: the client drops an idle connection before the
+# server does, so no request is ever written into a connection being closed.
+KEEPALIVE_EXPIRY_S = 4.0
+
+
+@dataclass(slots=True)
+class Outcome:
+    ok: bool
+    status: int | None = None
+    error: str | None = None
+
+
+class Transport(Protocol):
+    kind: str
+
+    async def encode(self, request_id: str, texts: list[str]) -> Outcome: ...
+
+    async def aclose(self) -> None: ...
+
+
+def validate_dense(matrix: Any, items: int, dims: int | None) -> str | None:
+    """Why ``matrix`` is not ``items`` finite float vectors of ``dims`` (None: it is)."""
+    if not isinstance(matrix, np.ndarray):
+        return f"expected an array, got {type(matrix).__name__}"
+    if matrix.ndim != 2 or matrix.shape[0] != items:
+        return f"expected {items} vectors, got shape {matrix.shape}"
+    if dims is not None and matrix.shape[1] != dims:
+        return f"expected {dims} dims, got {matrix.shape[1]}"
+    if matrix.shape[1] == 0:
+        return "empty vectors"
+    if matrix.dtype.kind != "f":
+        return f"expected float vectors, got {matrix.dtype}"
+    if not bool(np.isfinite(matrix).all()):
+        return "non-finite values"
+    return None
+
+
+def _limits(max_connections: int) -> httpx.Limits:
+    return httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+    )
+
+
+def _check(status: int | None, echoed: str | None, request_id: str) -> str | None:
+    if status != 200:
+        return f"HTTP {status}"
+    if echoed != request_id:
+        return f"request id not echoed (sent {request_id!r}, got {echoed!r})"
+    return None
+
+
+@dataclass(slots=True)
+class _Exchange:
+    request_id: str
+    status: int | None = None
+    echoed: str | None = None
+
+
+class SdkTransport:
+    """``AsyncSiftClient`` with an httpx client of ours (hooks, pool size)."""
+
+    kind = "sdk"
+
+    def __init__(self, base_url: str, model: str, dims: int | None, *, max_connections: int, timeout: float) -> None:
+        from sift_sdk import AsyncSiftClient
+
+        self.model = model
+        self.dims = dims
+        self._exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("exchange", default=None)
+        self._http = httpx.AsyncClient(
+            timeout=timeout,
+            limits=_limits(max_connections),
+            event_hooks={"request": [self._on_request], "response": [self._on_response]},
+        )
+        self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self._http)
+
+    async def _on_request(self, request: httpx.Request) -> None:
+        exchange = self._exchange.get()
+        if exchange is not None:
+            request.headers["X-Request-ID"] = exchange.request_id
+
+    async def _on_response(self, response: httpx.Response) -> None:
+        exchange = self._exchange.get()
+        if exchange is not None:
+            exchange.status = response.status_code
+            exchange.echoed = response.headers.get("x-request-id")
+
+    async def encode(self, request_id: str, texts: list[str]) -> Outcome:
+        exchange = _Exchange(request_id)
+        token = self._exchange.set(exchange)
+        try:
+            matrix = await self._client.encode(self.model, texts)
+        except Exception as exc:  # every failure is an invalid response, never a crash
+            return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._exchange.reset(token)
+        if self._client.last_retry_count:
+            return Outcome(False, exchange.status, f"retried {self._client.last_retry_count} times")
+        error = _check(exchange.status, exchange.echoed, request_id) or validate_dense(matrix, len(texts), self.dims)
+        return Outcome(error is None, exchange.status, error)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        await self._http.aclose()
+
+
+def _nd_hook(obj: dict[Any, Any]) -> Any:
+    """msgpack-numpy nd-map (bytes keys) to an array."""
+    if b"nd" in obj and b"data" in obj:
+        raw_type = obj[b"type"]
+        dtype = np.dtype(raw_type.decode() if isinstance(raw_type, bytes) else raw_type)
+        array = np.frombuffer(obj[b"data"], dtype=dtype)
+        return array.reshape(obj[b"shape"]) if obj[b"nd"] else array[0]
+    return obj
+
+
+def decode_encode_response(content: bytes, items: int) -> Any:
+    """The ``(items, dims)`` dense matrix of a MessagePack encode response."""
+    body = msgpack.unpackb(content, raw=False, object_hook=_nd_hook, strict_map_key=False)
+    rows = body["items"]
+    if len(rows) != items:
+        raise ValueError(f"expected {items} items, got {len(rows)}")
+    vectors = [np.asarray(row["dense"]["values"]) for row in rows]
+    for row, vector in zip(rows, vectors, strict=True):
+        if vector.ndim != 1 or vector.shape[0] != int(row["dense"]["dims"]):
+            raise ValueError(f"vector of shape {vector.shape} for dims {row['dense']['dims']}")
+    return np.stack(vectors)
+
+
+class HttpxTransport:
+    """MessagePack over a bare ``httpx.AsyncClient``."""
+
+    kind = "httpx"
+
+    def __init__(self, base_url: str, model: str, dims: int | None, *, max_connections: int, timeout: float) -> None:
+        self.dims = dims
+        self._url = f"{base_url.rstrip('/')}/v1/encode/{model}"
+        self._http = httpx.AsyncClient(timeout=timeout, limits=_limits(max_connections))
+
+    async def encode(self, request_id: str, texts: list[str]) -> Outcome:
+        body = msgpack.packb({"items": [{"text": text} for text in texts]}, use_bin_type=True)
+        headers = {
+            "Content-Type": "application/msgpack",
+            "Accept": "application/msgpack",
+            "X-Request-ID": request_id,
+        }
+        try:
+            response = await self._http.post(self._url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return Outcome(False, None, f"{type(exc).__name__}: {exc}")
+        error = _check(response.status_code, response.headers.get("x-request-id"), request_id)
+        if error is None:
+            try:
+                error = validate_dense(decode_encode_response(response.content, len(texts)), len(texts), self.dims)
+            except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+                error = f"malformed response: {type(exc).__name__}: {exc}"
+        return Outcome(error is None, response.status_code, error)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def sdk_available() -> bool:
+    try:
+        import sift_sdk  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_transport(
+    kind: ClientKind, base_url: str, model: str, dims: int | None, *, max_connections: int = 64, timeout: float = 120.0
+) -> Transport:
+    if kind == "sdk":
+        return SdkTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout)
+    return HttpxTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout)
+
+
+def fetch_dims(base_url: str, model: str, timeout: float = 10.0) -> int | None:
+    """The model's dense dimension as the server reports it (None if unknown)."""
+    try:
+        response = httpx.get(f"{base_url.rstrip('/')}/v1/models/{model}", timeout=timeout)
+        response.raise_for_status()
+        dims = response.json().get("dims", {}).get("dense")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return int(dims) if isinstance(dims, int) and dims > 0 else None

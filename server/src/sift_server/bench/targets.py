@@ -1,0 +1,123 @@
+"""The engine's targets, evaluated per arm (reported, never asserted).
+
+- sequential: server queue time p95 <= 0.2 ms, in every valid trial;
+- bursts of 8 and of 32: one forward in >= 23 of 24 bursts (the same fraction
+  of however many bursts ran), in every valid trial;
+- closed loop at 8 and 32 in flight: throughput (geometric mean over trials)
+  >= 0.95 x the best in-process items/s over batch sizes 1-64, and >= the
+  ``timed`` arm's (geometric mean of the paired per-trial ratios >= 1);
+- closed loop: client latency p99 <= 1.3 x p50, in every valid trial.
+
+Each target is ``met``, ``not met`` or ``n/a`` (no valid data, no ceiling, no
+timed arm to compare with).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sift_server.bench.analysis import find_ratio
+
+SEQ_QUEUE_P95_MS = 0.2
+BURST_ONE_FORWARD = (23, 24)
+CEILING_FRACTION = 0.95
+TAIL_RATIO = 1.3
+REFERENCE_ARM = "timed"
+
+
+def _status(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "not met")
+
+
+def _target(name: str, rule: str, value: str, ok: bool | None) -> dict[str, Any]:
+    return {"target": name, "rule": rule, "value": value, "status": _status(ok)}
+
+
+def needed_one_forward(bursts: int) -> int:
+    num, den = BURST_ONE_FORWARD
+    return math.ceil(bursts * num / den)
+
+
+def evaluate(
+    analysis: Mapping[str, Any], ceiling: Mapping[str, Any] | None, phase_names: Sequence[str]
+) -> dict[str, list[dict[str, Any]]]:
+    summary: Mapping[str, Any] = analysis["summary"]
+    ratios = analysis["ratios"]
+    best = ceiling["best"]["items_per_s"] if ceiling else None
+    out: dict[str, list[dict[str, Any]]] = {}
+    for arm, arm_summary in summary.items():
+        rows: list[dict[str, Any]] = []
+        seq = arm_summary.get("sequential")
+        if "sequential" in phase_names:
+            values = [r["queue_p95_ms"] for r in seq["per_trial"]] if seq else []
+            values = [v for v in values if v is not None]
+            worst = max(values) if values else None
+            rows.append(
+                _target(
+                    "sequential queue p95",
+                    f"<= {SEQ_QUEUE_P95_MS} ms in every trial",
+                    f"worst {worst:.3f} ms" if worst is not None else "-",
+                    None if worst is None else worst <= SEQ_QUEUE_P95_MS,
+                )
+            )
+        for phase in (p for p in phase_names if p.startswith("burst")):
+            data = arm_summary.get(phase)
+            size = phase.removeprefix("burst")
+            if not data:
+                rows.append(_target(f"bursts of {size} in one forward", "", "-", None))
+                continue
+            counts = [(r["one_forward"], r["bursts"]) for r in data["per_trial"]]
+            ok = all(k >= needed_one_forward(n) for k, n in counts)
+            num, den = BURST_ONE_FORWARD
+            rows.append(
+                _target(
+                    f"bursts of {size} in one forward",
+                    f">= {num}/{den} of bursts in every trial",
+                    ", ".join(f"{k}/{n}" for k, n in counts),
+                    ok,
+                )
+            )
+        for phase in (p for p in phase_names if p.startswith("closed")):
+            data = arm_summary.get(phase)
+            conc = phase.removeprefix("closed")
+            geo = data["throughput"]["geomean"] if data else None
+            if best is None or geo is None:
+                rows.append(_target(f"throughput at {conc} vs ceiling", f">= {CEILING_FRACTION} x best", "-", None))
+            else:
+                frac = geo / best
+                rows.append(
+                    _target(
+                        f"throughput at {conc} vs ceiling",
+                        f">= {CEILING_FRACTION} x best in-process ({best:.1f}/s)",
+                        f"{geo:.1f}/s = {frac:.3f} x",
+                        frac >= CEILING_FRACTION,
+                    )
+                )
+            if arm != REFERENCE_ARM:
+                ratio = find_ratio(ratios, phase, arm, REFERENCE_ARM) if REFERENCE_ARM in summary else None
+                value = "-"
+                if ratio is not None:
+                    value = f"{ratio['ratio']:.3f}"
+                    if ratio["low"] is not None:
+                        value += f" [{ratio['low']:.3f}, {ratio['high']:.3f}]"
+                rows.append(
+                    _target(
+                        f"throughput at {conc} vs {REFERENCE_ARM}",
+                        "geometric mean ratio >= 1",
+                        value,
+                        None if ratio is None else ratio["ratio"] >= 1.0,
+                    )
+                )
+            tails = [r["tail_ratio"] for r in data["per_trial"] if r.get("tail_ratio") is not None] if data else []
+            rows.append(
+                _target(
+                    f"closed {conc} tail",
+                    f"p99 <= {TAIL_RATIO} x p50 in every trial",
+                    f"worst p99/p50 {max(tails):.2f}" if tails else "-",
+                    None if not tails else max(tails) <= TAIL_RATIO,
+                )
+            )
+        out[arm] = rows
+    return out

@@ -1,0 +1,78 @@
+"""The score primitive: rerank candidates against a query, highest first."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sift_server.adapters.base import ScoreTask
+from sift_server.errors import InferenceError, InvalidInput
+from sift_server.registry.registry import Registry
+from sift_server.service.common import (
+    Limits,
+    check_profile,
+    item_text,
+    item_texts,
+    lane_of,
+    overflow_policy,
+    require_task,
+    split_profile,
+    string_option,
+)
+from sift_server.service.run import RequestContext, run_task
+from sift_server.service.timing import Timing
+from sift_server.wire.schemas import ScoreBody
+
+MAX_CANDIDATES = 1000
+
+
+@dataclass(slots=True)
+class ScoreOutcome:
+    payload: dict[str, Any]
+    timing: Timing
+
+
+async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits, ctx: RequestContext) -> ScoreOutcome:
+    name, path_profile = split_profile(model)
+    record, worker = registry.ready_worker(name)
+    require_task(record, "score")
+    if body.query is None:
+        raise InvalidInput("Field 'query' is required.")
+    query = item_text(body.query, 0, limits, field="query")
+    if body.items is not None and len(body.items) > MAX_CANDIDATES:
+        raise InvalidInput(f"Score accepts at most {MAX_CANDIDATES} candidate items; got {len(body.items)}.")
+    texts = item_texts(body.items, Limits(limits.max_item_bytes, MAX_CANDIDATES))
+    options = dict(body.options or {})
+    check_profile(options, path_profile)
+    task = ScoreTask(
+        query=query,
+        texts=texts,
+        instruction=body.instruction or string_option(options, "instruction"),
+        overflow=overflow_policy(options),
+        options=options,
+    )
+    timing = Timing(started=ctx.started)
+    outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
+
+    post_start = time.perf_counter()
+    assert body.items is not None
+    scored = []
+    for index, (item, value) in enumerate(zip(body.items, outputs, strict=True)):
+        value = float(value)
+        if not math.isfinite(value):
+            raise InferenceError(f"Model '{name}' produced a non-finite score for item {index}.")
+        scored.append((value, index, item.id if item.id is not None else f"item-{index}"))
+    # Stable: equal scores keep request order.
+    scored.sort(key=lambda entry: (-entry[0], entry[1]))
+    now = time.perf_counter()
+    timing.postprocessing_s = now - post_start
+    timing.total_s = now - ctx.started
+    payload = {
+        "model": model,
+        "query_id": body.query.id,
+        "scores": [{"item_id": item_id, "score": value, "rank": rank} for rank, (value, _, item_id) in enumerate(scored)],
+        "usage": {"input_tokens": prepared.input_tokens},
+    }
+    return ScoreOutcome(payload, timing)
