@@ -32,10 +32,12 @@ class IngressBoard:
     pending: int = 0
     # Called when the count drops, so a worker holding a head can re-decide.
     on_change: Callable[[], None] | None = None
+    # Whether the model has queued or running work (set by the worker).
+    has_work: Callable[[], bool] = lambda: False
 
     def begin(self, now: float) -> IngressTicket:
+        self.arrivals.observe(now, in_flight=self.pending > 0 or self.has_work())
         self.pending += 1
-        self.arrivals.observe(now)
         return IngressTicket(now, self)
 
     def _ended(self) -> None:

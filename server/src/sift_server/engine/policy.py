@@ -61,7 +61,8 @@ Decision = Dispatch | WaitUntil | Idle
 
 
 class Policy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def decide(self, state: SchedulerState, now: float) -> Decision: ...
 

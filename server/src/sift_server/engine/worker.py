@@ -81,7 +81,7 @@ class ModelWorker:
         self._tickets: dict[int, Ticket] = {}
         self._ids = itertools.count()
         self._forward_ids = itertools.count()
-        self.ingress = IngressBoard(on_change=self._wake)
+        self.ingress = IngressBoard(on_change=self._wake, has_work=lambda: self.busy or self.queued_requests > 0)
         self.busy = False
         self.draining = False
         self.last_forward_end = float("-inf")

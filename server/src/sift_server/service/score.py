@@ -72,7 +72,9 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
     payload = {
         "model": model,
         "query_id": body.query.id,
-        "scores": [{"item_id": item_id, "score": value, "rank": rank} for rank, (value, _, item_id) in enumerate(scored)],
+        "scores": [
+            {"item_id": item_id, "score": value, "rank": rank} for rank, (value, _, item_id) in enumerate(scored)
+        ],
         "usage": {"input_tokens": prepared.input_tokens},
     }
     return ScoreOutcome(payload, timing)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 from sift_server.engine.arrivals import ArrivalModel
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
@@ -34,7 +34,6 @@ from sift_server.engine.policy import (
     Dispatch,
     Idle,
     LaneView,
-    Policy,
     SchedulerState,
     WaitUntil,
 )
@@ -44,6 +43,16 @@ from sift_server.simulator.traces import Arrival, Client
 # (what the worker shell stores) or the time its headers arrived.
 PendingTime = Literal["arrival", "admission"]
 DEFAULT_LANE = "base"
+
+
+class SimPolicy(Protocol):
+    """What the loop needs of a policy: ``engine.policy.Policy`` with a
+    read-only ``name`` (so frozen dataclass policies type-check too)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def decide(self, state: SchedulerState, now: float) -> Decision: ...
 
 
 class SimulationError(RuntimeError):
@@ -132,7 +141,7 @@ class EngineSim:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: SimPolicy,
         forward: Callable[[int], float],
         client: Client,
         *,
@@ -227,7 +236,8 @@ class EngineSim:
 
     def _handle(self, event: _Event) -> None:
         if event.kind is EventKind.ARRIVAL:
-            self.arrivals.observe(self.now)
+            in_flight = self.busy or self.ingress_pending > 0 or any(len(q) for q in self.queues.values())
+            self.arrivals.observe(self.now, in_flight=in_flight)
             self.ingress_pending += 1
         elif event.kind is EventKind.ADMISSION:
             assert isinstance(event.payload, Arrival)
@@ -346,7 +356,7 @@ class EngineSim:
 
 
 def simulate(
-    policy: Policy,
+    policy: SimPolicy,
     forward: Callable[[int], float],
     client: Client,
     *,

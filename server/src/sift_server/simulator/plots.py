@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from sift_server.simulator.metrics import Summary
-from sift_server.simulator.report import MAIN_FIGURE, MEAN_LATENCY, Criterion, Verdict
+from sift_server.simulator.report import MAIN_FIGURE, MEAN_LATENCY, QUEUE_P95, Criterion, Verdict
 
 COLORS = {"adaptive": "tab:green", "timed": "tab:blue", "immediate": "tab:orange"}
 
@@ -51,7 +51,7 @@ def plot_overview(summaries: Sequence[Summary], path: Path) -> None:
         mine = [s for s in summaries if s.forward == forward]
         families = _ordered([s.family for s in mine])
         ax = axes[row][0]
-        _grouped_bars(ax, mine, families, policies, Criterion("queue_p95", "queue p95", False, "ms"))
+        _grouped_bars(ax, mine, families, policies, QUEUE_P95)
         ax.set_yscale("symlog", linthresh=0.01)
         ax.set_title(f"{forward}: queue delay p95")
         ax.legend(fontsize=8)
@@ -67,17 +67,25 @@ def plot_overview(summaries: Sequence[Summary], path: Path) -> None:
 
 
 def plot_main(summaries: Sequence[Summary], results: Sequence[Verdict], forward: str, path: Path) -> None:
-    """Per family: its main figure on top, mean latency below, verdict in the title."""
+    """Per family: its main figure on top, a second figure below (mean latency,
+    or queue p95 where the main figure is mean latency), verdict in the title."""
     mine = [s for s in summaries if s.forward == forward]
     families = _ordered([s.family for s in mine])
     policies = _ordered([s.policy for s in mine])
     verdict = {v.family: v for v in results if v.forward == forward}
-    fig, axes = plt.subplots(2, len(families), figsize=(2.1 * len(families), 6.5), squeeze=False)
-    for col, family in enumerate(families):
+    ncols = min(7, len(families))
+    nrows = 2 * math.ceil(len(families) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols, 3.0 * nrows), squeeze=False)
+    for ax in axes.flat:
+        ax.set_visible(False)
+    for index, family in enumerate(families):
+        row, col = 2 * (index // ncols), index % ncols
         rows = [s for s in mine if s.family == family]
         criteria = MAIN_FIGURE[rows[0].kind]
-        top, bottom = criteria[0], (criteria[1] if len(criteria) > 1 else MEAN_LATENCY)
-        for ax, criterion in ((axes[0][col], top), (axes[1][col], bottom)):
+        top = criteria[0]
+        bottom = criteria[1] if len(criteria) > 1 else (QUEUE_P95 if top is MEAN_LATENCY else MEAN_LATENCY)
+        for ax, criterion in ((axes[row][col], top), (axes[row + 1][col], bottom)):
+            ax.set_visible(True)
             by_policy = {s.policy: s for s in rows}
             present = [p for p in policies if p in by_policy]
             scale = 1e3 if criterion.unit == "ms" else 1.0
@@ -91,7 +99,7 @@ def plot_main(summaries: Sequence[Summary], results: Sequence[Verdict], forward:
             ax.tick_params(axis="y", labelsize=7)
         v = verdict.get(family)
         mark = "" if v is None else (" ok" if v.ok else " LOSS")
-        axes[0][col].set_title(f"{family}{mark}", fontsize=8, color="black" if v is None or v.ok else "red")
+        axes[row][col].set_title(f"{family}{mark}", fontsize=8, color="black" if v is None or v.ok else "red")
     fig.suptitle(f"{forward}: main figure per family (adaptive vs the better of timed and immediate)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

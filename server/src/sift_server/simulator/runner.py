@@ -6,8 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sift_server.engine.batch_queue import Caps
-from sift_server.engine.policy import Policy
-from sift_server.simulator.engine_sim import EngineSim, PendingTime
+from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import LinearForward
 from sift_server.simulator.metrics import Summary, summarize
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
@@ -16,7 +15,7 @@ from sift_server.simulator.scenarios import Family, TraceConfig, default_familie
 @dataclass(frozen=True, slots=True)
 class Matrix:
     forwards: Sequence[LinearForward]
-    policies: Sequence[Callable[[], Policy]]
+    policies: Sequence[Callable[[], SimPolicy]]
     traces: TraceConfig
     caps: Caps = field(default_factory=Caps)
     pending_time: PendingTime = "admission"
