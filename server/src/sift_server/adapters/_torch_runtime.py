@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# Tokenizers without a real limit report a huge sentinel model_max_length.
+UNBOUNDED_LENGTH = 1_000_000
 
 
 def configure_threads(threads: int) -> None:
@@ -15,3 +24,19 @@ def module_bytes(module: torch.nn.Module) -> int:
     params = sum(p.numel() * p.element_size() for p in module.parameters())
     buffers = sum(b.numel() * b.element_size() for b in module.buffers())
     return int(params + buffers)
+
+
+def select_device(options: Mapping[str, Any]) -> torch.device:
+    """The catalog's ``device`` option, else the GPU when there is one."""
+    name = options.get("device")
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(str(name))
+
+
+def tokenizer_limit(tokenizer: PreTrainedTokenizerBase, *others: int | None) -> int:
+    """The smallest positive limit among the tokenizer's and ``others``."""
+    limits = [int(x) for x in others if x]
+    if 0 < tokenizer.model_max_length < UNBOUNDED_LENGTH:
+        limits.append(int(tokenizer.model_max_length))
+    return min(limits) if limits else 512

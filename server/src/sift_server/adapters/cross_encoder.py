@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes
+from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, configure_threads, module_bytes, select_device
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 SCORE_COMPAT_KEY = "score"
 ACTIVATIONS = ("identity", "sigmoid")
 # Tokenizers without a real limit report a huge sentinel model_max_length.
-_UNBOUNDED = 1_000_000
 
 
 class CrossEncoderAdapter(Adapter):
@@ -80,7 +79,7 @@ class CrossEncoderAdapter(Adapter):
         activation = str(ctx.options.get("activation", "identity"))
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        device = _select_device(ctx.options)
+        device = select_device(ctx.options)
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         model = AutoModelForSequenceClassification.from_pretrained(ctx.path, local_files_only=True)
         model.to(device)
@@ -105,10 +104,10 @@ class CrossEncoderAdapter(Adapter):
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         features = [f for part in parts for f in part.prepared.payload[part.start : part.stop]]
-        scores = self.score_features(features)
+        scores = self._score(features)
         return _split(scores, [part.stop - part.start for part in parts])
 
-    def score_features(self, features: list[dict[str, list[int]]]) -> list[float]:
+    def _score(self, features: list[dict[str, list[int]]]) -> list[float]:
         """Pad tokenized pairs into one batch and return one float per pair."""
         batch = self._pad_tokenizer.pad(features, padding=True, return_tensors="pt")
         inputs = {name: tensor.to(self.device) for name, tensor in batch.items()}
@@ -155,18 +154,10 @@ class CrossEncoderAdapter(Adapter):
                 )
 
 
-def _select_device(options: Mapping[str, Any]) -> torch.device:
-    """The catalog's ``device`` option, else the GPU when there is one."""
-    name = options.get("device")
-    if name is None:
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(str(name))
-
-
 def _effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
     """The smallest of the catalog limit, the tokenizer limit and the position table."""
     limits = [requested] if requested else []
-    if 0 < tokenizer.model_max_length < _UNBOUNDED:
+    if 0 < tokenizer.model_max_length < UNBOUNDED_LENGTH:
         limits.append(int(tokenizer.model_max_length))
     positions = getattr(model.config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes
+from sift_server.adapters._extract_common import (
+    extract_item,
+    group_parts,
+    resolve_flag,
+    resolve_labels,
+    resolve_threshold,
+)
+from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device, tokenizer_limit
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -36,15 +43,6 @@ from sift_server.adapters.base import (
     Part,
     Prepared,
     TaskInput,
-)
-from sift_server.adapters.gliner_extractor import (
-    extract_item,
-    group_parts,
-    resolve_flag,
-    resolve_labels,
-    resolve_threshold,
-    select_device,
-    tokenizer_limit,
 )
 from sift_server.errors import InputTooLong, InvalidInput
 
@@ -122,12 +120,16 @@ class GliClassAdapter(Adapter):
         # The library's pipeline defaults to multi-label; so do we.
         multi_label = resolve_flag("multi_label", task.multi_label, task, self.options, True)
         prompt = task.instruction or ""
+        # One tokenizer call for the whole request, on exactly the pipeline's input.
+        rendered = [self._render(text, labels, prompt) for text in task.texts]
+        counts = [len(ids) for ids in self._tokenizer(rendered, verbose=False)["input_ids"]]
         texts: list[str] = []
         costs: list[int] = []
-        for index, text in enumerate(task.texts):
-            fitted, cost = self._fit(index, text, labels, prompt, error=task.overflow == "error")
-            texts.append(fitted)
-            costs.append(cost)
+        for index, (text, n_tokens) in enumerate(zip(task.texts, counts, strict=True)):
+            if n_tokens > self.max_tokens:
+                text, n_tokens = self._fit(index, text, n_tokens, labels, prompt, error=task.overflow == "error")
+            texts.append(text)
+            costs.append(n_tokens)
         payload = GliClassPayload(texts, labels, threshold, multi_label, prompt)
         return Prepared(
             item_costs=costs,
@@ -196,11 +198,11 @@ class GliClassAdapter(Adapter):
     def _count(self, value: str) -> int:
         return len(self._tokenizer(value, verbose=False)["input_ids"])
 
-    def _fit(self, index: int, text: str, labels: tuple[str, ...], prompt: str, *, error: bool) -> tuple[str, int]:
-        """Return the text to run (whole, or a token-aligned prefix) and its token cost."""
-        n_tokens = self._count(self._render(text, labels, prompt))
-        if n_tokens <= self.max_tokens:
-            return text, n_tokens
+    def _fit(
+        self, index: int, text: str, n_tokens: int, labels: tuple[str, ...], prompt: str, *, error: bool
+    ) -> tuple[str, int]:
+        """For a text whose rendered input takes ``n_tokens``, over the limit: raise,
+        or return a token-aligned prefix that fits and its token cost."""
         if error:
             raise InputTooLong(
                 f"item {index}: {n_tokens} tokens with the labels, more than the model's {self.max_tokens}",

@@ -10,23 +10,26 @@ caller's original text.
 ``forward`` runs one ``GLiNER.inference`` call over every text of every part,
 with ``batch_size`` equal to the number of texts, so the fused batch is one
 encoder forward.
-
-This module also holds the small helpers shared by the extract adapters
-(label/threshold resolution, the per-item output shape).
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
-import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes
+from sift_server.adapters._extract_common import (
+    extract_item,
+    group_parts,
+    resolve_flag,
+    resolve_labels,
+    resolve_threshold,
+)
+from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device, tokenizer_limit
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -40,88 +43,6 @@ from sift_server.errors import InputTooLong, InvalidInput
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-DEFAULT_THRESHOLD = 0.5
-# Tokenizers without a real limit report a huge sentinel model_max_length.
-_UNBOUNDED = 1_000_000
-
-
-# --- helpers shared by the extract adapters ---------------------------------
-
-
-def resolve_labels(task: ExtractTask) -> tuple[str, ...]:
-    """The request's labels, de-duplicated in order; at least one is required."""
-    labels = list(task.labels or ())
-    if not labels:
-        raise InvalidInput("this model needs labels: pass params.labels")
-    for label in labels:
-        if not isinstance(label, str) or not label.strip():
-            raise InvalidInput("labels must be non-empty strings")
-    return tuple(dict.fromkeys(labels))
-
-
-def resolve_threshold(task: ExtractTask, defaults: Mapping[str, Any]) -> float:
-    """Request field, then request options, then the catalog options, then 0.5."""
-    value = task.threshold
-    if value is None:
-        value = task.options.get("threshold", defaults.get("threshold", DEFAULT_THRESHOLD))
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput("threshold must be a number between 0 and 1")
-    if not 0.0 <= value <= 1.0:
-        raise InvalidInput("threshold must be a number between 0 and 1")
-    return float(value)
-
-
-def resolve_flag(
-    name: str, field_value: bool | None, task: ExtractTask, defaults: Mapping[str, Any], fallback: bool
-) -> bool:
-    """A boolean setting: request field, request options, catalog options, fallback."""
-    value: object = field_value
-    if value is None:
-        value = task.options.get(name, defaults.get(name, fallback))
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{name} must be true or false")
-    return value
-
-
-def extract_item(
-    entities: list[dict[str, Any]] | None = None,
-    classifications: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """One extract result in the wire shape (API.md §4.2), lists always present."""
-    return {
-        "entities": entities or [],
-        "relations": [],
-        "classifications": classifications or [],
-        "objects": [],
-        "data": {},
-    }
-
-
-def group_parts(parts: Sequence[Part]) -> dict[Hashable, list[int]]:
-    """Indices of parts per compat key. The engine only fuses equal keys; grouping
-    anyway keeps a forward correct (one library call per key) if it ever did not."""
-    groups: dict[Hashable, list[int]] = {}
-    for index, part in enumerate(parts):
-        groups.setdefault(part.prepared.compat_key, []).append(index)
-    return groups
-
-
-def select_device(options: Mapping[str, Any]) -> torch.device:
-    """The catalog's ``device`` option, else the GPU when there is one."""
-    name = options.get("device")
-    if name is None:
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(str(name))
-
-
-def tokenizer_limit(tokenizer: PreTrainedTokenizerBase, *others: int | None) -> int:
-    """The smallest positive limit among the tokenizer's and ``others``."""
-    limits = [int(x) for x in others if x]
-    if 0 < tokenizer.model_max_length < _UNBOUNDED:
-        limits.append(int(tokenizer.model_max_length))
-    return min(limits) if limits else 512
-
 
 # --- GLiNER -----------------------------------------------------------------
 
@@ -184,10 +105,23 @@ class GlinerAdapter(Adapter):
         multi_label = resolve_flag("multi_label", task.multi_label, task, self.options, False)
 
         prompt = self._prompt_words(labels)
+        words = [list(self._words_splitter(text)) for text in task.texts]
+        # One tokenizer call for the whole request, on exactly the library's input.
+        encoded = self._tokenizer(
+            [prompt + [w[0] for w in text_words] for text_words in words], is_split_into_words=True, verbose=False
+        )
         texts: list[str] = []
         costs: list[int] = []
         for index, text in enumerate(task.texts):
-            fitted, cost = self._fit(index, text, prompt, error=task.overflow == "error")
+            fitted, cost = self._fit(
+                index,
+                text,
+                words[index],
+                len(prompt),
+                encoded["input_ids"][index],
+                encoded.word_ids(index),
+                error=task.overflow == "error",
+            )
             texts.append(fitted)
             costs.append(cost)
         payload = GlinerPayload(texts, labels, threshold, flat_ner, multi_label)
@@ -237,11 +171,23 @@ class GlinerAdapter(Adapter):
         input_texts, _ = self._processor.prepare_inputs([[]], list(labels))
         return list(input_texts[0])
 
-    def _fit(self, index: int, text: str, prompt: list[str], *, error: bool) -> tuple[str, int]:
-        """Return the text to run (whole, or a prefix ending on a word) and its token cost."""
-        words = list(self._words_splitter(text))
-        encoded = self._tokenizer([prompt + [w[0] for w in words]], is_split_into_words=True, verbose=False)
-        n_tokens = len(encoded["input_ids"][0])
+    def _fit(
+        self,
+        index: int,
+        text: str,
+        words: list[tuple[str, int, int]],
+        n_prompt: int,
+        input_ids: list[int],
+        word_ids: list[int | None],
+        *,
+        error: bool,
+    ) -> tuple[str, int]:
+        """Return the text to run (whole, or a prefix ending on a word) and its token cost.
+
+        ``words`` are the text's (word, start, end) from the model's splitter;
+        ``input_ids``/``word_ids`` encode the label prompt (``n_prompt`` words)
+        followed by those words."""
+        n_tokens = len(input_ids)
         if n_tokens <= self.max_tokens and len(words) <= self.max_words:
             return text, n_tokens
         if error:
@@ -252,11 +198,11 @@ class GlinerAdapter(Adapter):
                 tokens=n_tokens,
                 max_tokens=self.max_tokens,
             )
-        ends = _word_token_ends(encoded.word_ids(0), len(prompt) + len(words))
+        ends = _word_token_ends(word_ids, n_prompt + len(words))
         trailing = n_tokens - ends[-1]  # special tokens after the last word
         # Largest k with prompt + k words + trailing specials within the limit.
         budget = self.max_tokens - trailing
-        fit = bisect.bisect_right(ends, budget, lo=len(prompt) - 1) - len(prompt)
+        fit = bisect.bisect_right(ends, budget, lo=n_prompt - 1) - n_prompt
         keep = min(len(words), self.max_words, fit)
         if keep <= 0:
             raise InputTooLong(
@@ -264,7 +210,7 @@ class GlinerAdapter(Adapter):
                 index=index,
                 max_tokens=self.max_tokens,
             )
-        return text[: words[keep - 1][2]], ends[len(prompt) + keep - 1] + trailing
+        return text[: words[keep - 1][2]], ends[n_prompt + keep - 1] + trailing
 
 
 def _word_token_ends(word_ids: Iterable[int | None], n_words: int) -> list[int]:

@@ -1,0 +1,62 @@
+"""Tiny models for the adapter tests, built once per session, and adapters loaded
+from them through the real ``Adapter.load`` path. Everything runs on CPU and
+offline."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sift_server.adapters.base import LoadContext
+from sift_server.adapters.cross_encoder import CrossEncoderAdapter
+from sift_server.adapters.gliclass_classifier import GliClassAdapter
+from sift_server.adapters.gliner_extractor import GlinerAdapter
+from tests.fixtures.tiny_models import build_tiny_cross_encoder, build_tiny_gliclass, build_tiny_gliner
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Runs before this directory's test modules import any Hugging Face library
+    # (the root conftest does the same; this keeps the folder safe on its own).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def load_context(path: Path, max_sequence_length: int | None = None, **options: Any) -> LoadContext:
+    """A CPU load context (parity references run on CPU too)."""
+    merged: Mapping[str, Any] = {"device": "cpu", **options}
+    return LoadContext(path=path, options=merged, max_sequence_length=max_sequence_length, torch_threads=0)
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("cross_encoder"))
+
+
+@pytest.fixture(scope="session")
+def gliner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_gliner(tmp_path_factory.mktemp("gliner"))
+
+
+@pytest.fixture(scope="session")
+def gliclass_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_gliclass(tmp_path_factory.mktemp("gliclass"))
+
+
+@pytest.fixture(scope="session")
+def cross_encoder(cross_encoder_dir: Path) -> CrossEncoderAdapter:
+    return CrossEncoderAdapter.load(load_context(cross_encoder_dir))
+
+
+@pytest.fixture(scope="session")
+def gliner(gliner_dir: Path) -> GlinerAdapter:
+    return GlinerAdapter.load(load_context(gliner_dir, threshold=0.3))
+
+
+@pytest.fixture(scope="session")
+def gliclass(gliclass_dir: Path) -> GliClassAdapter:
+    return GliClassAdapter.load(load_context(gliclass_dir))

@@ -1,0 +1,189 @@
+"""GliClassAdapter: parity with the library's ``ZeroShotClassificationPipeline``,
+batching isolation (also across thresholds, modes and instructions), request
+validation, costs and length handling, on a tiny random uni-encoder GLiClass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sift_server.adapters.base import ExtractTask, Part, ScoreTask, TaskInput
+from sift_server.adapters.gliclass_classifier import GliClassAdapter
+from sift_server.errors import InputTooLong, InvalidInput
+from tests.adapters.conftest import load_context
+
+TOL = 1e-5
+LABELS = ["positive", "negative", "finance", "sports"]
+TEXTS = [
+    "I loved this movie, the actors were great.",
+    "The stock market crashed today and investors panicked.",
+    "The match ended two to one after extra time.",
+    "x",
+]
+LONG_TEXT = " ".join(["The quarterly report was long and detailed."] * 20)
+
+
+def run(adapter: GliClassAdapter, *tasks: ExtractTask) -> list[list[dict[str, Any]]]:
+    prepared = [adapter.prepare(task) for task in tasks]
+    return adapter.forward([Part(p, 0, len(p.item_costs)) for p in prepared])
+
+
+def ranked(predictions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(predictions, key=lambda p: -p["score"])
+
+
+def assert_same_classes(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert [c["label"] for c in actual] == [c["label"] for c in expected]
+    for a, e in zip(actual, expected, strict=True):
+        assert abs(a["score"] - e["score"]) <= TOL
+
+
+@pytest.fixture(scope="module")
+def reference(gliclass_dir: Path) -> Any:
+    """The library's own pipeline over an independently loaded model."""
+    from gliclass import GLiClassModel, ZeroShotClassificationPipeline
+    from transformers import AutoTokenizer
+
+    model = GLiClassModel.from_pretrained(gliclass_dir, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(gliclass_dir, local_files_only=True)
+    return ZeroShotClassificationPipeline(model, tokenizer, max_length=512, device="cpu", progress_bar=False)
+
+
+def test_info(gliclass: GliClassAdapter) -> None:
+    assert gliclass.info.tasks == frozenset({"extract"})
+    assert gliclass.info.outputs == ("classifications",)
+    assert gliclass.info.max_sequence_length == 512
+
+
+def test_multi_label_matches_the_pipeline(gliclass: GliClassAdapter, reference: Any) -> None:
+    [items] = run(gliclass, ExtractTask(texts=TEXTS, labels=LABELS, threshold=0.0, multi_label=True))
+    for text, item in zip(TEXTS, items, strict=True):
+        [expected] = reference(text, LABELS, threshold=0.0, classification_type="multi-label")
+        assert len(expected) == len(LABELS)  # threshold 0 keeps every class
+        assert_same_classes(item["classifications"], ranked(expected))
+        assert item["entities"] == item["relations"] == item["objects"] == []
+        assert item["data"] == {}
+
+
+def test_threshold_keeps_the_classes_over_it(gliclass: GliClassAdapter, reference: Any) -> None:
+    [items] = run(gliclass, ExtractTask(texts=TEXTS, labels=LABELS, threshold=0.25))
+    kept = 0
+    for text, item in zip(TEXTS, items, strict=True):
+        [expected] = reference(text, LABELS, threshold=0.25)
+        assert_same_classes(item["classifications"], ranked(expected))
+        kept += len(expected)
+    assert 0 < kept < len(TEXTS) * len(LABELS)  # the threshold really filtered
+
+
+def test_single_label_returns_the_top_class(gliclass: GliClassAdapter, reference: Any) -> None:
+    [items] = run(gliclass, ExtractTask(texts=TEXTS, labels=LABELS, multi_label=False))
+    for text, item in zip(TEXTS, items, strict=True):
+        [expected] = reference(text, LABELS, classification_type="single-label")
+        assert len(item["classifications"]) == 1
+        assert_same_classes(item["classifications"], expected)
+
+
+def test_instruction_is_the_pipeline_prompt(gliclass: GliClassAdapter, reference: Any) -> None:
+    instruction = "Classify the sentiment and topic of this review:"
+    task = ExtractTask(texts=TEXTS[:2], labels=LABELS, threshold=0.0, instruction=instruction)
+    [items] = run(gliclass, task)
+    for text, item in zip(TEXTS[:2], items, strict=True):
+        [expected] = reference(text, LABELS, threshold=0.0, prompt=instruction)
+        assert_same_classes(item["classifications"], ranked(expected))
+
+
+def test_classifications_are_sorted_native_floats(gliclass: GliClassAdapter) -> None:
+    [items] = run(gliclass, ExtractTask(texts=TEXTS, labels=LABELS, threshold=0.0))
+    for item in items:
+        scores = [c["score"] for c in item["classifications"]]
+        assert scores == sorted(scores, reverse=True)
+        assert all(type(s) is float for s in scores)
+        assert all(list(c) == ["label", "score"] for c in item["classifications"])
+
+
+def test_fused_forward_equals_separate_forwards(gliclass: GliClassAdapter) -> None:
+    # Same labels, different per-request settings: these fuse into one call.
+    tasks = [
+        ExtractTask(texts=TEXTS[:2], labels=LABELS, threshold=0.0),
+        ExtractTask(texts=[TEXTS[2]], labels=LABELS, multi_label=False),
+        ExtractTask(texts=[TEXTS[3], LONG_TEXT], labels=LABELS, threshold=0.3, instruction="Topic?"),
+        ExtractTask(texts=[TEXTS[0]], labels=["happy", "sad"], threshold=0.0),  # another label set
+    ]
+    prepared = [gliclass.prepare(t) for t in tasks]
+    assert len({p.compat_key for p in prepared[:3]}) == 1
+    fused = gliclass.forward([Part(p, 0, len(p.item_costs)) for p in prepared])
+    assert [len(x) for x in fused] == [len(t.texts) for t in tasks]
+    for task, together in zip(tasks, fused, strict=True):
+        [alone] = run(gliclass, task)
+        for a, b in zip(together, alone, strict=True):
+            assert_same_classes(a["classifications"], b["classifications"])
+
+
+def test_split_request(gliclass: GliClassAdapter) -> None:
+    prepared = gliclass.prepare(ExtractTask(texts=TEXTS, labels=LABELS, threshold=0.0))
+    [whole] = gliclass.forward([Part(prepared, 0, 4)])
+    head, tail = gliclass.forward([Part(prepared, 0, 3), Part(prepared, 3, 4)])
+    for a, b in zip(head + tail, whole, strict=True):
+        assert_same_classes(a["classifications"], b["classifications"])
+
+
+def test_compat_key_is_the_label_set(gliclass: GliClassAdapter) -> None:
+    def key(**kwargs: Any) -> object:
+        return gliclass.prepare(ExtractTask(texts=["x"], **{"labels": LABELS, **kwargs})).compat_key
+
+    assert key() == key(threshold=0.9) == key(multi_label=False) == key(instruction="Topic?")
+    assert key() != key(labels=LABELS[:2])
+    assert key() != key(labels=list(reversed(LABELS)))  # order changes the model input
+
+
+def test_costs_are_rendered_input_tokens(gliclass: GliClassAdapter) -> None:
+    prepared = gliclass.prepare(ExtractTask(texts=TEXTS, labels=LABELS))
+    tokenizer = gliclass.pipeline.pipe.tokenizer
+    expected = [len(tokenizer(gliclass.pipeline.pipe.prepare_input(t, LABELS))["input_ids"]) for t in TEXTS]
+    assert prepared.item_costs == expected
+    assert all(type(c) is int and c > 0 for c in prepared.item_costs)
+    assert prepared.input_tokens == sum(expected)
+
+
+@pytest.mark.parametrize(
+    ("task", "error"),
+    [
+        (ExtractTask(texts=["x"], labels=[]), InvalidInput),
+        (ExtractTask(texts=["x"], labels=[""]), InvalidInput),
+        (ExtractTask(texts=[], labels=LABELS), InvalidInput),
+        (ExtractTask(texts=["x"], labels=LABELS, threshold=-0.1), InvalidInput),
+        (ExtractTask(texts=["x"], labels=LABELS, options={"multi_label": 1}), InvalidInput),
+        (ScoreTask(query="q", texts=["x"]), InvalidInput),
+    ],
+)
+def test_invalid_requests(gliclass: GliClassAdapter, task: TaskInput, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        gliclass.prepare(task)
+
+
+@pytest.fixture(scope="module")
+def short_gliclass(gliclass_dir: Path) -> GliClassAdapter:
+    return GliClassAdapter.load(load_context(gliclass_dir, max_sequence_length=24, threshold=0.0))
+
+
+def test_overflow_error(short_gliclass: GliClassAdapter) -> None:
+    with pytest.raises(InputTooLong):
+        short_gliclass.prepare(ExtractTask(texts=["short", LONG_TEXT], labels=LABELS, overflow="error"))
+
+
+def test_truncation_cuts_the_text_and_keeps_every_label(short_gliclass: GliClassAdapter) -> None:
+    prepared = short_gliclass.prepare(ExtractTask(texts=[LONG_TEXT], labels=LABELS))
+    [fitted] = prepared.payload.texts
+    assert LONG_TEXT.startswith(fitted) and len(fitted) < len(LONG_TEXT)
+    assert 0 < prepared.item_costs[0] <= 24
+    [[item]] = short_gliclass.forward([Part(prepared, 0, 1)])
+    # Threshold 0: every label must still be scored, so none was truncated away.
+    assert sorted(c["label"] for c in item["classifications"]) == sorted(LABELS)
+
+
+def test_labels_that_fill_the_limit_are_rejected(short_gliclass: GliClassAdapter) -> None:
+    many = [f"category number {i}" for i in range(8)]
+    with pytest.raises(InputTooLong):
+        short_gliclass.prepare(ExtractTask(texts=["hello"], labels=many))
