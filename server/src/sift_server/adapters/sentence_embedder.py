@@ -60,7 +60,8 @@ class SentenceEmbedderAdapter(Adapter):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.pad_id = int(tokenizer.pad_token_id or 0)
-        hidden = int(model.config.hidden_size)
+        config: Any = model.config
+        hidden = int(config.hidden_size)
         self.info = AdapterInfo(
             tasks=frozenset({"encode"}),
             outputs=("dense",),

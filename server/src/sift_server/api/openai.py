@@ -51,7 +51,8 @@ def _embedding(vector: np.ndarray, fmt: str | None) -> list[float] | str:
     as_f32 = np.asarray(vector, dtype="<f4")
     if fmt == "base64":
         return base64.b64encode(as_f32.tobytes()).decode("ascii")
-    return as_f32.tolist()
+    floats: list[float] = as_f32.tolist()
+    return floats
 
 
 @router.post("/v1/embeddings", summary="OpenAI-compatible embeddings")

@@ -39,6 +39,10 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
         "queue_ms": [(phase["start"][i] - phase["admitted"][i]) * MS for i in good_joined],
         "wait_ms": [(phase["start"][i] - phase["arrival"][i]) * MS for i in good_joined],
         "ingress_ms": [(phase["admitted"][i] - phase["arrival"][i]) * MS for i in good_joined],
+        # Client and server share CLOCK_MONOTONIC, so these cross the process boundary.
+        "to_server_ms": [(phase["arrival"][i] - send[i]) * MS for i in good_joined],
+        "forward_ms": [(phase["end"][i] - phase["start"][i]) * MS for i in good_joined],
+        "to_client_ms": [(recv[i] - phase["end"][i]) * MS for i in good_joined],
     }
     sizes: dict[int, int] = {}
     for i in good_joined:
@@ -75,6 +79,9 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         "queue_ms": percentiles(_pooled(stats, "queue_ms")),
         "wait_ms": percentiles(_pooled(stats, "wait_ms")),
         "ingress_ms": percentiles(_pooled(stats, "ingress_ms")),
+        "to_server_ms": percentiles(_pooled(stats, "to_server_ms")),
+        "forward_ms": percentiles(_pooled(stats, "forward_ms")),
+        "to_client_ms": percentiles(_pooled(stats, "to_client_ms")),
         "per_trial": [],
     }
     sizes = _pooled(stats, "forward_sizes")
@@ -160,7 +167,9 @@ def batch_sizes_seen(results: Mapping[str, Any]) -> list[int]:
     return sorted(seen)
 
 
-def find_ratio(ratios: Sequence[Mapping[str, Any]], phase: str, numerator: str, denominator: str) -> dict[str, Any] | None:
+def find_ratio(
+    ratios: Sequence[Mapping[str, Any]], phase: str, numerator: str, denominator: str
+) -> dict[str, Any] | None:
     """The ratio ``numerator / denominator`` (inverting a stored reverse pair)."""
     for r in ratios:
         if r["phase"] != phase or r["ratio"] is None:

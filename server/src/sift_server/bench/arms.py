@@ -178,8 +178,9 @@ def prepare_rev_arm(repo: Path, ref: str, policy: str, work_root: Path, *, name:
     except ArmError:
         now = None
     manifest["ref_moved_to"] = now if now != commit else None
-    return Arm(name=name or f"rev:{ref}", policy=policy, kind="rev", ref=ref, commit=commit, folder=folder,
-               manifest=manifest)
+    return Arm(
+        name=name or f"rev:{ref}", policy=policy, kind="rev", ref=ref, commit=commit, folder=folder, manifest=manifest
+    )
 
 
 def check_rev_imports(arm: Arm) -> str:
@@ -190,13 +191,23 @@ def check_rev_imports(arm: Arm) -> str:
     env = {**os.environ, "PYTHONPATH": str(arm.pythonpath)}
     result = subprocess.run(
         [sys.executable, "-c", "import sift_server, sys; sys.stdout.write(sift_server.__file__)"],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     where = result.stdout.strip()
     if result.returncode != 0 or not Path(where).resolve().is_relative_to(arm.pythonpath.resolve()):
-        raise ArmError(f"revision {arm.ref}: sift_server imports from {where or result.stderr.strip()!r}, "
-                       f"not from {arm.pythonpath}")
+        raise ArmError(
+            f"revision {arm.ref}: sift_server imports from {where or result.stderr.strip()!r}, "
+            f"not from {arm.pythonpath}"
+        )
     return where
+
+
+def changed_files(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """Files added, removed or modified between two ``hash_tree`` maps."""
+    return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
 
 
 def write_manifest(arm: Arm, folder: Path) -> Path:
@@ -210,7 +221,7 @@ def worktree_state(package_dir: Path) -> dict[str, Any]:
     """What the policy arms run: the installed package's files, and the git
     state of the checkout it lives in (when it is one)."""
     files = hash_tree(package_dir)
-    state: dict[str, Any] = {"package_dir": str(package_dir), "digest": tree_digest(files), "files": len(files)}
+    state: dict[str, Any] = {"package_dir": str(package_dir), "digest": tree_digest(files), "files": files}
     try:
         root = repo_root(package_dir)
         state["repo"] = str(root)

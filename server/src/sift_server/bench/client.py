@@ -84,7 +84,16 @@ class SdkTransport:
 
     kind = "sdk"
 
-    def __init__(self, base_url: str, model: str, dims: int | None, *, max_connections: int, timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dims: int | None,
+        *,
+        max_connections: int,
+        timeout: float,
+        http_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         from sift_sdk import AsyncSiftClient
 
         self.model = model
@@ -94,6 +103,7 @@ class SdkTransport:
             timeout=timeout,
             limits=_limits(max_connections),
             event_hooks={"request": [self._on_request], "response": [self._on_response]},
+            transport=http_transport,
         )
         self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self._http)
 
@@ -155,10 +165,19 @@ class HttpxTransport:
 
     kind = "httpx"
 
-    def __init__(self, base_url: str, model: str, dims: int | None, *, max_connections: int, timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dims: int | None,
+        *,
+        max_connections: int,
+        timeout: float,
+        http_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.dims = dims
         self._url = f"{base_url.rstrip('/')}/v1/encode/{model}"
-        self._http = httpx.AsyncClient(timeout=timeout, limits=_limits(max_connections))
+        self._http = httpx.AsyncClient(timeout=timeout, limits=_limits(max_connections), transport=http_transport)
 
     async def encode(self, request_id: str, texts: list[str]) -> Outcome:
         body = msgpack.packb({"items": [{"text": text} for text in texts]}, use_bin_type=True)

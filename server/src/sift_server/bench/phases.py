@@ -124,7 +124,9 @@ async def _release_burst(ctx: PhaseContext, name: str, size: int, group: int, ga
     return list(await asyncio.gather(*tasks))
 
 
-async def bursts(ctx: PhaseContext, name: str, size: int, count: int, gap_s: float, *, prime: bool = True) -> PhaseResult:
+async def bursts(
+    ctx: PhaseContext, name: str, size: int, count: int, gap_s: float, *, prime: bool = True
+) -> PhaseResult:
     """``count`` bursts of ``size`` concurrent requests, each after an idle gap.
 
     With ``prime``, one unmeasured burst first opens ``size`` keep-alive

@@ -10,9 +10,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
-from sift_server.bench.analysis import run_phase_stats  # noqa: E402
+from sift_server.bench.analysis import run_phase_stats
 
 
 def _valid_stats(results: Mapping[str, Any], arm: str, phase: str) -> list[dict[str, Any]]:
@@ -69,6 +70,7 @@ def forwards_per_burst(results: Mapping[str, Any], path: Path) -> Path:
         ax.set_xticks(range(len(ks)), [str(k) for k in ks])
         ax.set_xlabel("forwards per burst")
         ax.set_ylabel("bursts")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"bursts of {phase.removeprefix('burst')}")
         ax.legend(fontsize="small")
     fig.tight_layout()

@@ -13,14 +13,22 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sift_server.bench import plots, report
 from sift_server.bench.analysis import analyze, batch_sizes_seen
-from sift_server.bench.arms import Arm, hash_tree, tree_digest, verify_manifest, worktree_state, write_manifest
+from sift_server.bench.arms import (
+    Arm,
+    changed_files,
+    hash_tree,
+    tree_digest,
+    verify_manifest,
+    worktree_state,
+    write_manifest,
+)
 from sift_server.bench.ceiling import GRID, run_ceiling
 from sift_server.bench.client import ClientKind, fetch_dims, make_transport
 from sift_server.bench.join import JoinResult, burst_pattern, join_requests
@@ -76,7 +84,8 @@ class Progress:
         self._tqdm.write(message, file=sys.stderr)
 
     def phase(self, label: str, total: int | None) -> None:
-        self.requests.reset(total=total)
+        self.requests.reset()
+        self.requests.total = total  # reset(total=None) would keep the old total
         self.requests.set_description(label)
 
     def tick(self, n: int = 1) -> None:
@@ -169,8 +178,16 @@ def _invalid_summary(phases: Sequence[PhaseResult]) -> list[str]:
     return [f"{len(bad)} invalid responses (first: {first.request_id} in {name}: {first.error})"]
 
 
-def run_one(config: BenchConfig, arm: Arm, trial: int, position: int, progress: Progress) -> dict[str, Any]:
-    """One fresh server for ``arm``: warmup and phases, then the join."""
+def run_one(
+    config: BenchConfig,
+    arm: Arm,
+    trial: int,
+    position: int,
+    progress: Progress,
+    baseline: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One fresh server for ``arm``: warmup and phases, then the join. ``baseline``:
+    the current tree's files at the start of the bench (changes are recorded)."""
     tag = f"t{trial}-p{position}-{_safe(arm.name)}"
     out = config.out_dir
     run: dict[str, Any] = {
@@ -193,7 +210,9 @@ def run_one(config: BenchConfig, arm: Arm, trial: int, position: int, progress: 
     else:
         import sift_server
 
-        run["code_digest"] = tree_digest(hash_tree(Path(sift_server.__file__).parent))
+        files = hash_tree(Path(sift_server.__file__).parent)
+        run["code_digest"] = tree_digest(files)
+        run["code_changes"] = changed_files(baseline, files)[:50] if baseline is not None else []
 
     spec = ServerSpec(
         model=config.model,
@@ -373,7 +392,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         with _pinned(config.client_cpus):
             for trial, order in enumerate(orders):
                 for position, arm in enumerate(order):
-                    run = run_one(config, arm, trial, position, progress)
+                    run = run_one(config, arm, trial, position, progress, results["meta"]["worktree"]["files"])
                     results["runs"].append(run)
                     write_results(results, out)
                     state = "valid" if run["valid"] else "INVALID: " + "; ".join(run["problems"])
@@ -382,11 +401,15 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                         f"{run.get('joined', 0)} joined, {state}"
                     )
                     progress.runs.update(1)
-        results["meta"]["worktree_end"] = worktree_state(Path(results["meta"]["worktree"]["package_dir"]))
-        digests = {r["code_digest"] for r in results["runs"] if r.get("code_digest") and
-                   next(a for a in config.arms if a.name == r["arm"]).kind == "policy"}  # fmt: skip
-        if len(digests) > 1:
-            results["warnings"].append("the current tree changed during the bench: policy arms ran different code")
+        end_state = worktree_state(Path(results["meta"]["worktree"]["package_dir"]))
+        changes = sorted({name for r in results["runs"] for name in r.get("code_changes", [])})
+        changes += changed_files(results["meta"]["worktree"]["files"], end_state["files"])
+        results["meta"]["worktree_end"] = {k: v for k, v in end_state.items() if k != "files"}
+        if changes:
+            changed = ", ".join(sorted(set(changes))[:10])
+            results["warnings"].append(
+                f"the current tree changed during the bench ({changed}): policy arms may have run different code"
+            )
         if config.ceiling:
             progress.phase("in-process ceiling", None)
             sizes = sorted(set(GRID) | {s for s in batch_sizes_seen(results) if s <= max(GRID)})

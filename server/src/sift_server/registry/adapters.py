@@ -16,6 +16,7 @@ ADAPTERS: dict[str, str] = {
 
 def adapter_class(name: str) -> type[Adapter]:
     module_name, _, attribute = ADAPTERS[name].partition(":")
-    cls = getattr(importlib.import_module(module_name), attribute)
-    assert issubclass(cls, Adapter)
+    cls: object = getattr(importlib.import_module(module_name), attribute)
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise TypeError(f"{ADAPTERS[name]} is not an Adapter")
     return cls

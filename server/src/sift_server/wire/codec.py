@@ -19,13 +19,15 @@ _msgpack_decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
 
 def decode_body(data: bytes, fmt: Format, schema: type[T]) -> T:
     try:
+        result: T
         if fmt == "msgpack":
-            decoder = _msgpack_decoders.get(schema) or _msgpack_decoders.setdefault(
+            packed = _msgpack_decoders.get(schema) or _msgpack_decoders.setdefault(
                 schema, msgspec.msgpack.Decoder(schema)
             )
+            result = packed.decode(data)
         else:
-            decoder = _json_decoders.get(schema) or _json_decoders.setdefault(schema, msgspec.json.Decoder(schema))
-        result: T = decoder.decode(data)
+            text = _json_decoders.get(schema) or _json_decoders.setdefault(schema, msgspec.json.Decoder(schema))
+            result = text.decode(data)
         return result
     except msgspec.ValidationError as exc:
         raise InvalidInput(f"Invalid request body: {exc}") from exc

@@ -33,7 +33,8 @@ def _decode_hook(obj: dict[Any, Any]) -> Any:
 
 
 def packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_encode_default, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, default=_encode_default, use_bin_type=True)
+    return packed
 
 
 def unpackb(data: bytes, *, decode_arrays: bool = False) -> Any:

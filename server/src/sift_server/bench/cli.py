@@ -1,0 +1,196 @@
+"""``sift bench``: compare batching arms (policies, code revisions) through the real HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sift_server.config import DEFAULT_MODEL
+from sift_server.engine.policy import POLICIES
+
+HELP = "measure the batching engine: compare policies and code revisions through the HTTP API"
+
+# Phase sizes of a full run and of --quick (explicit options win over both).
+FULL = {"sequential": 200, "bursts": 24, "closed_seconds": 15.0, "warmup_sequential": 20, "warmup_closed_s": 2.0,
+        "ceiling_seconds": 0.5}  # fmt: skip
+QUICK = {"sequential": 40, "bursts": 6, "closed_seconds": 3.0, "warmup_sequential": 10, "warmup_closed_s": 1.0,
+         "ceiling_seconds": 0.2}  # fmt: skip
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    arms = p.add_argument_group("arms")
+    arms.add_argument("--arm", action="append", choices=POLICIES, metavar="POLICY",
+                      help=f"a policy of the current tree (repeatable; {', '.join(POLICIES)}); "
+                      "default: all three unless --rev is given")  # fmt: skip
+    arms.add_argument("--rev", action="append", default=[], metavar="REF",
+                      help="a git revision, archived and run with --rev-policy (repeatable)")  # fmt: skip
+    arms.add_argument("--rev-policy", choices=POLICIES, default="adaptive", help="policy of --rev arms")
+    arms.add_argument("--repo", type=Path, help="git repository of --rev (default: the one sift_server is in)")
+    arms.add_argument("--keep-revs", action="store_true", help="keep the archived revision folders")
+
+    runs = p.add_argument_group("runs")
+    runs.add_argument("--trials", type=int, default=3, help="trials; each runs every arm once, on a fresh server")
+    runs.add_argument("--model", default=DEFAULT_MODEL, help="catalog model to serve")
+    runs.add_argument("--catalog", action="append", type=Path, default=[], help="extra catalog folder (repeatable)")
+    runs.add_argument("--sequential", type=int, help="sequential requests (default 200; quick 40)")
+    runs.add_argument("--bursts", type=int, help="bursts of each size (default 24; quick 6)")
+    runs.add_argument("--burst-sizes", type=_sizes, default=(8, 32), metavar="N,N", help="default 8,32")
+    runs.add_argument("--burst-gap-ms", type=float, default=250.0, help="idle time before each burst")
+    runs.add_argument("--concurrency", type=_sizes, default=(8, 32), metavar="N,N",
+                      help="requests in flight of the closed-loop phases (default 8,32)")  # fmt: skip
+    runs.add_argument("--closed-seconds", type=float, help="length of each closed-loop phase (default 15; quick 3)")
+    runs.add_argument("--client", choices=("sdk", "httpx"), default="sdk", help="load generator client")
+    runs.add_argument("--torch-threads", type=int, default=1, help="intra-op threads of each server")
+    runs.add_argument("--server-cpus", metavar="LIST",
+                      help="taskset CPU list of the servers and the ceiling ('none' to unpin; "
+                      "default: the first available CPU when there are two or more)")  # fmt: skip
+    runs.add_argument("--client-cpus", metavar="LIST",
+                      help="CPU list of this load generator ('none' to unpin; default: the second CPU)")  # fmt: skip
+    runs.add_argument("--quick", action="store_true", help="short phases: a smoke run of a few minutes")
+    runs.add_argument("--seed", type=int, default=0, help="seed of the input texts")
+    runs.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for a server's /readyz")
+
+    out = p.add_argument_group("output")
+    out.add_argument("--out", type=Path, help="output folder (default bench-results/<timestamp>)")
+    out.add_argument("--no-ceiling", action="store_true", help="skip the in-process ceiling")
+    out.add_argument("--ceiling-seconds", type=float, help="time per batch size of the ceiling (default 0.5)")
+    out.add_argument("--no-plots", action="store_true")
+    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    out.add_argument("--report", type=Path, metavar="RESULTS_JSON",
+                     help="only rebuild report.md, plots and the summary from an existing results.json")  # fmt: skip
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``bench`` to the ``sift`` sub-commands; its handler is ``args.handler(args)``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser("bench", help=HELP, description=__doc__)
+    add_arguments(parser)
+    parser.set_defaults(handler=main)
+    return parser
+
+
+def default_cpus(server: str | None, client: str | None) -> tuple[set[int] | None, set[int] | None]:
+    from sift_server.bench.server_proc import parse_cpus
+
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pinned = len(available) >= 2
+    server_cpus = parse_cpus(server) if server is not None else ({available[0]} if pinned else None)
+    client_cpus = parse_cpus(client) if client is not None else ({available[1]} if pinned else None)
+    return server_cpus, client_cpus
+
+
+def _rebuild(path: Path, make_plots: bool) -> int:
+    from sift_server.bench.report import console_summary
+    from sift_server.bench.runner import finish
+
+    results = json.loads(path.read_text(encoding="utf-8"))
+    finish(results, path.parent, make_plots=make_plots)
+    print(console_summary(results))
+    print(f"\nreport: {path.parent / 'report.md'}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    from sift_server.bench.arms import Arm, ArmError, check_rev_imports, policy_arm, prepare_rev_arm, repo_root
+    from sift_server.bench.client import sdk_available
+    from sift_server.bench.phases import PhasePlan
+    from sift_server.bench.report import console_summary
+    from sift_server.bench.runner import BenchConfig, run_bench
+
+    if args.report is not None:
+        return _rebuild(args.report, not args.no_plots)
+    preset = QUICK if args.quick else FULL
+    if args.trials < 1:
+        print("sift bench: --trials must be at least 1", file=sys.stderr)
+        return 2
+    client = args.client
+    if client == "sdk" and not sdk_available():
+        print("sift bench: sift_sdk is not importable; using --client httpx", file=sys.stderr)
+        client = "httpx"
+    plan = PhasePlan(
+        sequential=args.sequential if args.sequential is not None else int(preset["sequential"]),
+        bursts=args.bursts if args.bursts is not None else int(preset["bursts"]),
+        burst_sizes=args.burst_sizes,
+        closed_seconds=args.closed_seconds if args.closed_seconds is not None else preset["closed_seconds"],
+        concurrencies=args.concurrency,
+        burst_gap_s=args.burst_gap_ms / 1000,
+        warmup_sequential=int(preset["warmup_sequential"]),
+        warmup_closed_s=preset["warmup_closed_s"],
+    )
+    server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
+    out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
+
+    policies = args.arm or ([] if args.rev else list(POLICIES))
+    arms: list[Arm] = [policy_arm(p) for p in dict.fromkeys(policies)]
+    rev_root: Path | None = None
+    try:
+        if args.rev:
+            import sift_server
+
+            repo = args.repo or repo_root(Path(sift_server.__file__).parent)
+            rev_root = Path(tempfile.mkdtemp(prefix="sift-bench-revs-"))
+            for ref in dict.fromkeys(args.rev):
+                arm = prepare_rev_arm(repo, ref, args.rev_policy, rev_root)
+                check_rev_imports(arm)
+                moved = arm.manifest.get("ref_moved_to") if arm.manifest else None
+                note = f" (the ref has since moved to {moved[:12]}; measuring {arm.commit})" if moved else ""
+                print(f"sift bench: {arm.name} = {arm.commit}{note}", file=sys.stderr)
+                arms.append(arm)
+        config = BenchConfig(
+            arms=arms,
+            out_dir=out_dir,
+            trials=args.trials,
+            model=args.model,
+            catalogs=list(args.catalog),
+            plan=plan,
+            client=client,
+            server_cpus=server_cpus,
+            client_cpus=client_cpus,
+            torch_threads=args.torch_threads,
+            ceiling=not args.no_ceiling,
+            ceiling_min_time_s=args.ceiling_seconds if args.ceiling_seconds is not None else preset["ceiling_seconds"],
+            seed=args.seed,
+            ready_timeout_s=args.ready_timeout,
+            plots=not args.no_plots,
+            progress=False if args.no_progress else None,
+            command_line=["sift", *sys.argv[1:]],
+        )
+        print(f"sift bench: arms {', '.join(a.name for a in arms)}; {args.trials} trial(s); output {out_dir}",
+              file=sys.stderr)  # fmt: skip
+        results = run_bench(config)
+    except (ArmError, ValueError) as exc:
+        print(f"sift bench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nsift bench: interrupted; finished runs are in {out_dir / 'results.json'}", file=sys.stderr)
+        return 130
+    finally:
+        if rev_root is not None and not args.keep_revs:
+            shutil.rmtree(rev_root, ignore_errors=True)
+    print(console_summary(results))
+    print(f"\nreport: {out_dir / 'report.md'}\nresults: {out_dir / 'results.json'}")
+    return 0 if all(r["valid"] for r in results["runs"]) else 1
+
+
+def run(argv: Sequence[str]) -> int:
+    """``sift bench`` with these arguments (for scripts and tests)."""
+    parser = argparse.ArgumentParser(prog="sift bench")
+    add_arguments(parser)
+    return main(parser.parse_args(argv))

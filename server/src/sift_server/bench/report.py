@@ -1,0 +1,301 @@
+"""The human side of the results: a Markdown report and the console summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Row = Sequence[str]
+
+
+def text_table(headers: Row, rows: Sequence[Row]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join("-" * w for w in widths)
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)), line]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def md_table(headers: Row, rows: Sequence[Row]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(stats: Mapping[str, Any] | None, key: str, digits: int = 2) -> str:
+    if not stats or key not in stats:
+        return "-"
+    return f"{stats[key]:.{digits}f}"
+
+
+def _ratio_text(r: Mapping[str, Any] | None) -> str:
+    if r is None or r.get("ratio") is None:
+        return "-"
+    text = f"{r['ratio']:.3f}"
+    if r.get("low") is not None:
+        text += f" [{r['low']:.3f}, {r['high']:.3f}]"
+    return text
+
+
+# ---- the summary table ----------------------------------------------------
+
+
+def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    phases: list[str] = results["config"]["phases"]
+    summary = results["analysis"]["summary"]
+    ceiling = results.get("ceiling")
+    best = ceiling["best"]["items_per_s"] if ceiling else None
+    targets = results.get("targets", {})
+    headers = ["arm", "valid"]
+    if "sequential" in phases:
+        headers += ["seq queue p95 ms", "seq latency p50 ms"]
+    bursts = [p for p in phases if p.startswith("burst")]
+    closed = [p for p in phases if p.startswith("closed")]
+    headers += [f"b{p.removeprefix('burst')} one fwd" for p in bursts]
+    for p in closed:
+        c = p.removeprefix("closed")
+        headers += [f"c{c} items/s"] + ([f"c{c} /ceiling"] if best else []) + [f"c{c} p99/p50"]
+    headers += ["joined", "targets met"]
+    rows = []
+    for arm, s in summary.items():
+        row = [arm, f"{s['valid_trials']}/{s['runs']}"]
+        if "sequential" in phases:
+            seq = s.get("sequential")
+            row += [_pct(seq and seq["queue_ms"], "p95", 3), _pct(seq and seq["latency_ms"], "p50")]
+        for p in bursts:
+            d = s.get(p)
+            row.append(f"{d['one_forward']}/{d['bursts']}" if d else "-")
+        for p in closed:
+            d = s.get(p)
+            geo = d["throughput"]["geomean"] if d else None
+            row.append(_f(geo, 1))
+            if best:
+                row.append(_f(geo / best if geo else None, 3))
+            tails = [r["tail_ratio"] for r in d["per_trial"] if r.get("tail_ratio")] if d else []
+            row.append(_f(max(tails), 2) if tails else "-")
+        joined = sum(s[p]["joined"] for p in phases if p in s)
+        total = sum(s[p]["requests"] for p in phases if p in s)
+        row.append(f"{joined}/{total}")
+        arm_targets = targets.get(arm, [])
+        met = sum(t["status"] == "met" for t in arm_targets)
+        judged = sum(t["status"] != "n/a" for t in arm_targets)
+        row.append(f"{met}/{judged}")
+        rows.append(row)
+    return headers, rows
+
+
+def ratio_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["phase", "ratio", "geomean [95% CI]", "trials"]
+    rows = [
+        [r["phase"], f"{r['numerator']} / {r['denominator']}", _ratio_text(r), str(r["n"])]
+        for r in results["analysis"]["ratios"]
+    ]
+    return headers, rows
+
+
+def target_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["arm", "target", "rule", "value", "status"]
+    rows = [
+        [arm, t["target"], t["rule"], t["value"], t["status"]]
+        for arm, items in results.get("targets", {}).items()
+        for t in items
+    ]
+    return headers, rows
+
+
+def console_summary(results: Mapping[str, Any]) -> str:
+    meta, config = results["meta"], results["config"]
+    out = [
+        "",
+        f"sift bench: {config['model']}, {config['trials']} trial(s), client {config['client']}, "
+        f"server CPUs {config['server_cpus'] or 'any'}, client CPUs {config['client_cpus'] or 'any'}",
+        "",
+        text_table(*summary_rows(results)),
+    ]
+    ceiling = results.get("ceiling")
+    if ceiling:
+        best = ceiling["best"]
+        out += ["", f"in-process ceiling: best {best['items_per_s']:.1f} items/s at batch {best['size']}"]
+    headers, rows = ratio_rows(results)
+    if rows:
+        out += ["", "throughput ratios (geometric mean over paired trials):", text_table(headers, rows)]
+    headers, rows = target_rows(results)
+    if rows:
+        out += ["", "targets (validity is separate: invalid runs are excluded):", text_table(headers, rows)]
+    invalid = [r for r in results["runs"] if not r["valid"]]
+    if invalid:
+        out += ["", f"INVALID runs excluded ({len(invalid)}):"]
+        out += [f"  trial {r['trial'] + 1} {r['arm']}: {'; '.join(r['problems'])}" for r in invalid]
+    else:
+        out += ["", f"all {len(results['runs'])} runs valid (every response checked)"]
+    for warning in results.get("warnings", []):
+        out.append(f"warning: {warning}")
+    out.append(f"load average at start {meta.get('loadavg_start')}, at end {meta.get('loadavg_end')}")
+    return "\n".join(out)
+
+
+# ---- the Markdown report --------------------------------------------------
+
+
+def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
+    summary = results["analysis"]["summary"]
+    headers = ["arm", "n", "latency p50", "p90", "p99", "max", "queue p50", "queue p95", "queue p99",
+               "ingress p50", "wait p95", "mean fwd size", "joined"]  # fmt: skip
+    rows = []
+    for arm, s in summary.items():
+        d = s.get(phase)
+        if not d:
+            rows.append([arm] + ["-"] * (len(headers) - 1))
+            continue
+        lat, q, ing, wait = d["latency_ms"], d["queue_ms"], d["ingress_ms"], d["wait_ms"]
+        rows.append([
+            arm, str(lat.get("n", 0)), _pct(lat, "p50"), _pct(lat, "p90"), _pct(lat, "p99"), _pct(lat, "max"),
+            _pct(q, "p50", 3), _pct(q, "p95", 3), _pct(q, "p99", 3), _pct(ing, "p50", 3), _pct(wait, "p95", 3),
+            _f(d["mean_forward_requests"], 1), f"{d['joined']}/{d['requests']}",
+        ])  # fmt: skip
+    out = [f"### {phase}", "", "Times in ms.", "", md_table(headers, rows), ""]
+    drow = []
+    for arm, s in summary.items():
+        d = s.get(phase)
+        if d:
+            drow.append([arm] + [_pct(d[k], "p50", 3) for k in ("to_server_ms", "ingress_ms", "queue_ms", "forward_ms",
+                                                                 "to_client_ms", "latency_ms")])  # fmt: skip
+    out += [
+        "Where the time goes (medians, ms; client and server share the monotonic clock):",
+        "",
+        md_table(["arm", "send → headers in", "ingress", "queue", "forward", "forward end → client", "latency"], drow),
+        "",
+    ]
+    if phase.startswith("burst"):
+        prow = []
+        for arm, s in summary.items():
+            d = s.get(phase)
+            if not d:
+                continue
+            patterns = ", ".join(f"`{k}` x{v}" for k, v in d["patterns"].items())
+            span = d["arrival_span_ms"]
+            prow.append(
+                [arm, f"{d['one_forward']}/{d['bursts']}", patterns, _pct(span, "p50", 2), _pct(span, "max", 2)]
+            )
+        out += [md_table(["arm", "one forward", "patterns (requests per forward, in forward order)",
+                          "arrival span p50 ms", "max"], prow), ""]  # fmt: skip
+    if phase.startswith("closed"):
+        trow = []
+        for arm, s in summary.items():
+            d = s.get(phase)
+            if not d:
+                continue
+            per = ", ".join(_f(v, 1) for v in d["throughput"]["per_trial"])
+            tails = ", ".join(_f(r.get("tail_ratio"), 2) for r in d["per_trial"])
+            trow.append([arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, tails])
+        out += [md_table(["arm", "items/s geomean", "median", "per trial", "p99/p50 per trial"], trow), ""]
+    return out
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    meta, config = results["meta"], results["config"]
+    plan = config["plan"]
+    lines = [
+        "# sift bench report",
+        "",
+        f"- model: `{config['model']}`; client: `{config['client']}` on {config.get('event_loop', 'asyncio')}; "
+        f"torch threads per server: {config['torch_threads']}",
+        f"- CPUs: server {config['server_cpus'] or 'unpinned'}, load generator {config['client_cpus'] or 'unpinned'} "
+        f"(available {meta.get('cpus_available')}); "
+        f"load average {meta.get('loadavg_start')} → {meta.get('loadavg_end')}",
+        f"- phases per run: warmup ({plan['warmup_sequential']} sequential, one burst of each size, "
+        f"{plan['warmup_closed_s']} s closed loop; not counted), sequential {plan['sequential']}, "
+        f"{plan['bursts']} bursts of each of {plan['burst_sizes']} after {plan['burst_gap_s'] * 1000:.0f} ms idle, "
+        f"closed loop at {plan['concurrencies']} in flight for {plan['closed_seconds']} s each",
+        f"- started {meta['started']}, finished {meta.get('finished', '?')}, host `{meta['host']}`, "
+        f"Python {meta['python']}, SDK {meta.get('sift_sdk')}",
+        "",
+        "## Arms",
+        "",
+    ]
+    arow = []
+    wt = meta.get("worktree", {})
+    for arm in results["arms"]:
+        if arm["kind"] == "rev":
+            code = f"`{arm['ref']}` = {arm['commit'][:12]} (manifest {arm['manifest_digest'][:12]})"
+        else:
+            dirty = " + uncommitted changes" if wt.get("dirty") else ""
+            code = f"current tree ({(wt.get('head') or '?')[:12]}{dirty}, files {wt.get('digest', '?')[:12]})"
+        arow.append([arm["name"], arm["policy"], code])
+    lines += [md_table(["arm", "policy", "code"], arow), ""]
+    lines += ["Orders: " + "; ".join(f"trial {i + 1}: " + " → ".join(o) for i, o in enumerate(results["orders"])), ""]
+
+    lines += ["## Validity", ""]
+    vrows = []
+    for r in results["runs"]:
+        vrows.append([
+            str(r["trial"] + 1), str(r["position"] + 1), r["arm"], "valid" if r["valid"] else "**invalid**",
+            f"{r.get('joined', 0)}/{r.get('requests', 0)}", str(r.get("forwards", 0)),
+            _f(r.get("server", {}).get("startup_s"), 1), "; ".join(r["problems"]) or "-",
+        ])  # fmt: skip
+    lines += [
+        "Every response is checked (HTTP status, echoed request id, item count, vector shape, finite values). "
+        "A run with any invalid response is excluded from every figure below; validity says nothing about targets.",
+        "",
+        md_table(["trial", "pos", "arm", "validity", "joined", "forwards", "startup s", "problems"], vrows),
+        "",
+    ]
+    for warning in results.get("warnings", []):
+        lines.append(f"> warning: {warning}")
+    lines += ["", "## Summary", "", md_table(*summary_rows(results)), ""]
+    lines += [
+        "`seq queue p95`: server queue time (admission → forward start) of sequential requests. `one fwd`: bursts "
+        "whose requests all ran in a single forward. `items/s`: geometric mean over valid trials. `/ceiling`: "
+        "fraction of the best in-process items/s. `p99/p50`: worst trial's client latency ratio.",
+        "",
+        "## Targets",
+        "",
+        md_table(*target_rows(results)),
+        "",
+        "## Throughput ratios",
+        "",
+        "Paired by trial; geometric mean of per-trial ratios with a 95 % t-interval on the log ratios "
+        "(no interval with one trial).",
+        "",
+        md_table(*ratio_rows(results)),
+        "",
+    ]
+    lines += ["## Phases", ""]
+    for phase in config["phases"]:
+        lines += _phase_detail(results, phase)
+    ceiling = results.get("ceiling")
+    lines += ["## In-process ceiling", ""]
+    if ceiling:
+        seen = set(results["analysis"].get("batch_sizes_seen", []))
+        crow = [
+            [size, _f(v["median_s"] * 1000, 2), _f(v["items_per_s"], 1), "yes" if int(size) in seen else ""]
+            for size, v in sorted(ceiling["sizes"].items(), key=lambda kv: int(kv[0]))
+        ]
+        lines += [
+            f"`adapter.forward` alone, pinned to CPUs {ceiling.get('cpus') or 'any'}, "
+            f"{ceiling['torch_threads']} torch thread(s); best {ceiling['best']['items_per_s']:.1f} items/s "
+            f"at batch {ceiling['best']['size']}.",
+            "",
+            md_table(["batch", "median forward ms", "items/s", "seen in runs"], crow),
+            "",
+        ]
+    else:
+        lines += ["Not measured.", ""]
+    lines += [
+        "## Plots",
+        "",
+        "![latency CDF](latency_cdf.png)",
+        "",
+        "![forwards per burst](forwards_per_burst.png)",
+        "",
+        "![throughput](throughput.png)",
+        "",
+        "Raw per-request columns (client send/receive, server arrival/admission/decision/forward times, forward "
+        "ids and sizes) are in `results.json`; server logs in `logs/`, traces in `traces/`.",
+        "",
+    ]
+    return "\n".join(lines)
