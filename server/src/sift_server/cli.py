@@ -103,18 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
     _add_models(subparsers)
-    try:
-        from sift_server.bench.cli import register as register_bench
+    from sift_server.bench.cli import register as register_bench
+    from sift_server.bench.overhead import register as register_overhead
+    from sift_server.simulator.cli import register as register_simulate
 
-        register_bench(subparsers)
-    except ImportError:
-        pass
-    try:
-        from sift_server.simulator.cli import register as register_simulate
-
-        register_simulate(subparsers)
-    except ImportError:
-        pass
+    register_bench(subparsers)
+    register_overhead(subparsers)
+    register_simulate(subparsers)
     return parser
 
 

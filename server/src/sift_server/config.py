@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     max_batch_requests: int = 64
     max_batch_cost: int = 16_384
     max_queue_items: int = 512
+    # Lower CPU priority of forward threads so ingress keeps up while a forward runs.
+    forward_nice: int = 10
+    # Seconds between forced GIL hand-offs (Python's default is 0.005).
+    gil_switch_interval_s: float = 0.005
 
     # One intra-op thread per core is a sensible default for small machines.
     torch_threads: int = 0

@@ -52,6 +52,7 @@ def build_state(
                 max_cost=batching.max_batch_cost or settings.max_batch_cost,
             ),
             max_queue_items=batching.max_queue_items or settings.max_queue_items,
+            forward_nice=settings.forward_nice,
         )
         return ModelWorker(spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward])
 

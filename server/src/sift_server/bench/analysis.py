@@ -27,6 +27,7 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
     ok: list[bool] = phase["ok"]
     joined: list[bool] = phase["joined"]
     send, recv = phase["send"], phase["recv"]
+    issued: list[float | None] = phase.get("issued") or [None] * len(send)
     n = len(ok)
     good = [i for i in range(n) if ok[i]]
     good_joined = [i for i in good if joined[i]]
@@ -40,7 +41,8 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
         "wait_ms": [(phase["start"][i] - phase["arrival"][i]) * MS for i in good_joined],
         "ingress_ms": [(phase["admitted"][i] - phase["arrival"][i]) * MS for i in good_joined],
         # Client and server share CLOCK_MONOTONIC, so these cross the process boundary.
-        "to_server_ms": [(phase["arrival"][i] - send[i]) * MS for i in good_joined],
+        "client_ms": [(issued[i] - send[i]) * MS for i in good if issued[i] is not None],
+        "to_server_ms": [(phase["arrival"][i] - (issued[i] or send[i])) * MS for i in good_joined],
         "forward_ms": [(phase["end"][i] - phase["start"][i]) * MS for i in good_joined],
         "to_client_ms": [(recv[i] - phase["end"][i]) * MS for i in good_joined],
     }
@@ -55,6 +57,7 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
         stats["one_forward"] = sum(1 for b in bursts if b["one_forward"])
         stats["bursts"] = len(bursts)
         stats["arrival_span_ms"] = [b["arrival_span_ms"] for b in bursts if b["arrival_span_ms"] is not None]
+        stats["issue_span_ms"] = [b["issue_span_ms"] for b in bursts if b.get("issue_span_ms") is not None]
     if phase["kind"] == "closed":
         span = phase["window_end"] - phase["window_start"]
         stats["throughput"] = len(good) * items_per_request / span if span > 0 else 0.0
@@ -79,6 +82,7 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         "queue_ms": percentiles(_pooled(stats, "queue_ms")),
         "wait_ms": percentiles(_pooled(stats, "wait_ms")),
         "ingress_ms": percentiles(_pooled(stats, "ingress_ms")),
+        "client_ms": percentiles(_pooled(stats, "client_ms")),
         "to_server_ms": percentiles(_pooled(stats, "to_server_ms")),
         "forward_ms": percentiles(_pooled(stats, "forward_ms")),
         "to_client_ms": percentiles(_pooled(stats, "to_client_ms")),
@@ -104,6 +108,7 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         out["bursts"] = sum(s["bursts"] for s in stats)
         spans = _pooled(stats, "arrival_span_ms")
         out["arrival_span_ms"] = percentiles(spans) if spans else {"n": 0}
+        out["issue_span_ms"] = percentiles(_pooled(stats, "issue_span_ms"))
     if stats and "throughput" in stats[0]:
         values = [s["throughput"] for s in stats if s["throughput"] > 0]
         out["throughput"] = {

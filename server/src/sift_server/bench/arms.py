@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -76,12 +76,13 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def hash_tree(folder: Path) -> dict[str, str]:
-    """``{relative posix path: sha256}`` of every regular file (caches skipped)."""
+def hash_tree(folder: Path, exclude: Sequence[str] = ()) -> dict[str, str]:
+    """``{relative posix path: sha256}`` of every regular file (caches, and the
+    top-level entries named in ``exclude``, skipped)."""
     files: dict[str, str] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
-        if any(part in _SKIP_PARTS for part in rel.parts) or path.suffix == ".pyc":
+        if any(part in _SKIP_PARTS for part in rel.parts) or path.suffix == ".pyc" or rel.parts[0] in exclude:
             continue
         if path.is_file() and not path.is_symlink():
             files[rel.as_posix()] = sha256_file(path)
@@ -217,10 +218,15 @@ def write_manifest(arm: Arm, folder: Path) -> Path:
     return path
 
 
+# The instrument is not the thing measured: edits to the bench itself do not
+# change what a policy arm's server runs.
+INSTRUMENT = ("bench",)
+
+
 def worktree_state(package_dir: Path) -> dict[str, Any]:
-    """What the policy arms run: the installed package's files, and the git
-    state of the checkout it lives in (when it is one)."""
-    files = hash_tree(package_dir)
+    """What the policy arms run: the installed package's files (the bench's own
+    excluded), and the git state of the checkout it lives in (when it is one)."""
+    files = hash_tree(package_dir, INSTRUMENT)
     state: dict[str, Any] = {"package_dir": str(package_dir), "digest": tree_digest(files), "files": files}
     try:
         root = repo_root(package_dir)

@@ -10,6 +10,7 @@ HTTP status, echoed request id, item count, vector shape and finite values.
 from __future__ import annotations
 
 import contextvars
+import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -29,6 +30,8 @@ class Outcome:
     ok: bool
     status: int | None = None
     error: str | None = None
+    # perf_counter when the request was handed to the HTTP stack (after the SDK built it).
+    issued: float | None = None
 
 
 class Transport(Protocol):
@@ -77,10 +80,38 @@ class _Exchange:
     request_id: str
     status: int | None = None
     echoed: str | None = None
+    issued: float | None = None
 
 
-class SdkTransport:
-    """``AsyncSiftClient`` with an httpx client of ours (hooks, pool size)."""
+class _HookedClient:
+    """An ``httpx.AsyncClient`` whose hooks stamp each request with the id of
+    the calling task's exchange, note when the request was handed to the HTTP
+    stack, and keep the response's status and echoed id."""
+
+    def __init__(self, max_connections: int, timeout: float, http_transport: httpx.AsyncBaseTransport | None) -> None:
+        self.exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("exchange", default=None)
+        self.http = httpx.AsyncClient(
+            timeout=timeout,
+            limits=_limits(max_connections),
+            event_hooks={"request": [self._on_request], "response": [self._on_response]},
+            transport=http_transport,
+        )
+
+    async def _on_request(self, request: httpx.Request) -> None:
+        exchange = self.exchange.get()
+        if exchange is not None:
+            request.headers["X-Request-ID"] = exchange.request_id
+            exchange.issued = time.perf_counter()
+
+    async def _on_response(self, response: httpx.Response) -> None:
+        exchange = self.exchange.get()
+        if exchange is not None:
+            exchange.status = response.status_code
+            exchange.echoed = response.headers.get("x-request-id")
+
+
+class SdkTransport(_HookedClient):
+    """``AsyncSiftClient`` on our hooked httpx client (no retries)."""
 
     kind = "sdk"
 
@@ -96,45 +127,28 @@ class SdkTransport:
     ) -> None:
         from sift_sdk import AsyncSiftClient
 
+        super().__init__(max_connections, timeout, http_transport)
         self.model = model
         self.dims = dims
-        self._exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("exchange", default=None)
-        self._http = httpx.AsyncClient(
-            timeout=timeout,
-            limits=_limits(max_connections),
-            event_hooks={"request": [self._on_request], "response": [self._on_response]},
-            transport=http_transport,
-        )
-        self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self._http)
-
-    async def _on_request(self, request: httpx.Request) -> None:
-        exchange = self._exchange.get()
-        if exchange is not None:
-            request.headers["X-Request-ID"] = exchange.request_id
-
-    async def _on_response(self, response: httpx.Response) -> None:
-        exchange = self._exchange.get()
-        if exchange is not None:
-            exchange.status = response.status_code
-            exchange.echoed = response.headers.get("x-request-id")
+        self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self.http)
 
     async def encode(self, request_id: str, texts: list[str]) -> Outcome:
         exchange = _Exchange(request_id)
-        token = self._exchange.set(exchange)
+        token = self.exchange.set(exchange)
         try:
             matrix = await self._client.encode(self.model, texts)
         except Exception as exc:  # every failure is an invalid response, never a crash
-            return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}")
+            return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}", exchange.issued)
         finally:
-            self._exchange.reset(token)
+            self.exchange.reset(token)
         if self._client.last_retry_count:
-            return Outcome(False, exchange.status, f"retried {self._client.last_retry_count} times")
+            return Outcome(False, exchange.status, f"retried {self._client.last_retry_count} times", exchange.issued)
         error = _check(exchange.status, exchange.echoed, request_id) or validate_dense(matrix, len(texts), self.dims)
-        return Outcome(error is None, exchange.status, error)
+        return Outcome(error is None, exchange.status, error, exchange.issued)
 
     async def aclose(self) -> None:
         await self._client.aclose()
-        await self._http.aclose()
+        await self.http.aclose()
 
 
 def _nd_hook(obj: dict[Any, Any]) -> Any:
@@ -160,7 +174,7 @@ def decode_encode_response(content: bytes, items: int) -> Any:
     return np.stack(vectors)
 
 
-class HttpxTransport:
+class HttpxTransport(_HookedClient):
     """MessagePack over a bare ``httpx.AsyncClient``."""
 
     kind = "httpx"
@@ -175,31 +189,31 @@ class HttpxTransport:
         timeout: float,
         http_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        super().__init__(max_connections, timeout, http_transport)
         self.dims = dims
         self._url = f"{base_url.rstrip('/')}/v1/encode/{model}"
-        self._http = httpx.AsyncClient(timeout=timeout, limits=_limits(max_connections), transport=http_transport)
 
     async def encode(self, request_id: str, texts: list[str]) -> Outcome:
         body = msgpack.packb({"items": [{"text": text} for text in texts]}, use_bin_type=True)
-        headers = {
-            "Content-Type": "application/msgpack",
-            "Accept": "application/msgpack",
-            "X-Request-ID": request_id,
-        }
+        headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+        exchange = _Exchange(request_id)
+        token = self.exchange.set(exchange)
         try:
-            response = await self._http.post(self._url, content=body, headers=headers)
+            response = await self.http.post(self._url, content=body, headers=headers)
         except httpx.HTTPError as exc:
-            return Outcome(False, None, f"{type(exc).__name__}: {exc}")
-        error = _check(response.status_code, response.headers.get("x-request-id"), request_id)
+            return Outcome(False, None, f"{type(exc).__name__}: {exc}", exchange.issued)
+        finally:
+            self.exchange.reset(token)
+        error = _check(response.status_code, exchange.echoed, request_id)
         if error is None:
             try:
                 error = validate_dense(decode_encode_response(response.content, len(texts)), len(texts), self.dims)
             except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
                 error = f"malformed response: {type(exc).__name__}: {exc}"
-        return Outcome(error is None, response.status_code, error)
+        return Outcome(error is None, response.status_code, error, exchange.issued)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self.http.aclose()
 
 
 def sdk_available() -> bool:

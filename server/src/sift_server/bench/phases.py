@@ -33,6 +33,7 @@ class RequestRecord:
     ok: bool
     status: int | None = None
     error: str | None = None
+    issued: float | None = None  # handed to the HTTP stack
 
 
 @dataclass(slots=True)
@@ -87,7 +88,7 @@ class PhaseContext:
         self.progress(1)
         if not outcome.ok:
             self.errors += 1
-        return RequestRecord(request_id, group, send, recv, outcome.ok, outcome.status, outcome.error)
+        return RequestRecord(request_id, group, send, recv, outcome.ok, outcome.status, outcome.error, outcome.issued)
 
     def check(self) -> None:
         if self.errors > self.max_errors:

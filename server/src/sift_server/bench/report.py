@@ -162,12 +162,24 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
     for arm, s in summary.items():
         d = s.get(phase)
         if d:
-            drow.append([arm] + [_pct(d[k], "p50", 3) for k in ("to_server_ms", "ingress_ms", "queue_ms", "forward_ms",
-                                                                 "to_client_ms", "latency_ms")])  # fmt: skip
+            keys = ("client_ms", "to_server_ms", "ingress_ms", "queue_ms", "forward_ms", "to_client_ms", "latency_ms")
+            drow.append([arm] + [_pct(d.get(k), "p50", 3) for k in keys])
     out += [
         "Where the time goes (medians, ms; client and server share the monotonic clock):",
         "",
-        md_table(["arm", "send → headers in", "ingress", "queue", "forward", "forward end → client", "latency"], drow),
+        md_table(
+            [
+                "arm",
+                "client (call → issued)",
+                "issued → headers in",
+                "ingress",
+                "queue",
+                "forward",
+                "forward end → client",
+                "latency",
+            ],
+            drow,
+        ),
         "",
     ]
     if phase.startswith("burst"):
@@ -178,11 +190,19 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
                 continue
             patterns = ", ".join(f"`{k}` x{v}" for k, v in d["patterns"].items())
             span = d["arrival_span_ms"]
+            issue = d.get("issue_span_ms")
             prow.append(
-                [arm, f"{d['one_forward']}/{d['bursts']}", patterns, _pct(span, "p50", 2), _pct(span, "max", 2)]
-            )
-        out += [md_table(["arm", "one forward", "patterns (requests per forward, in forward order)",
-                          "arrival span p50 ms", "max"], prow), ""]  # fmt: skip
+                [arm, f"{d['one_forward']}/{d['bursts']}", patterns, _pct(issue, "p50", 2), _pct(span, "p50", 2),
+                 _pct(span, "max", 2)]
+            )  # fmt: skip
+        out += [
+            md_table(["arm", "one forward", "patterns (requests per forward, in forward order)",
+                      "client issue span p50 ms", "server arrival span p50 ms", "max"], prow),
+            "",
+            "Issue span: first to last request of a burst handed to the client's HTTP stack; arrival span: first "
+            "to last request's headers received by the server.",
+            "",
+        ]  # fmt: skip
     if phase.startswith("closed"):
         trow = []
         for arm, s in summary.items():

@@ -21,6 +21,7 @@ from typing import Any
 from sift_server.bench import plots, report
 from sift_server.bench.analysis import analyze, batch_sizes_seen
 from sift_server.bench.arms import (
+    INSTRUMENT,
     Arm,
     changed_files,
     hash_tree,
@@ -142,6 +143,7 @@ def phase_to_dict(phase: PhaseResult, join: JoinResult) -> dict[str, Any]:
         "request_ids": [r.request_id for r in reqs],
         "group": [r.group for r in reqs],
         "send": [r.send for r in reqs],
+        "issued": [r.issued for r in reqs],
         "recv": [r.recv for r in reqs],
         "ok": [r.ok for r in reqs],
         "status": [r.status for r in reqs],
@@ -156,6 +158,8 @@ def phase_to_dict(phase: PhaseResult, join: JoinResult) -> dict[str, Any]:
         for ids in phase.groups:
             pattern = burst_pattern(ids, join)
             arrivals = [h.arrival for h in (join.get(i) for i in ids) if h is not None]
+            members = set(ids)
+            issued = [r.issued for r in reqs if r.request_id in members and r.issued is not None]
             bursts.append(
                 {
                     "ids": ids,
@@ -164,6 +168,7 @@ def phase_to_dict(phase: PhaseResult, join: JoinResult) -> dict[str, Any]:
                     "one_forward": pattern.one_forward,
                     "label": pattern.label,
                     "arrival_span_ms": _span_ms(arrivals),
+                    "issue_span_ms": _span_ms(issued),
                 }
             )
         out["bursts"] = bursts
@@ -210,7 +215,7 @@ def run_one(
     else:
         import sift_server
 
-        files = hash_tree(Path(sift_server.__file__).parent)
+        files = hash_tree(Path(sift_server.__file__).parent, INSTRUMENT)
         run["code_digest"] = tree_digest(files)
         run["code_changes"] = changed_files(baseline, files)[:50] if baseline is not None else []
 

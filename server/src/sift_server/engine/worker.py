@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +58,14 @@ class WorkerConfig:
     caps: Caps = field(default_factory=Caps)
     max_queue_items: int = 512
     default_lane: str = "default"
+    # Added to the forward thread's nice value (Linux: per thread); 0 leaves it alone.
+    forward_nice: int = 0
+
+
+def _lower_thread_priority(nice: int) -> None:
+    if nice > 0 and hasattr(os, "setpriority"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 class ModelWorker:
@@ -86,8 +96,15 @@ class ModelWorker:
         self.draining = False
         self.last_forward_end = float("-inf")
         self.forwards_run = 0
-        # One forward at a time per model: a single dedicated thread.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"forward-{model}")
+        # One forward at a time per model: a single dedicated thread, at a lower
+        # CPU priority than the event loop so that reading and admitting a burst
+        # is not starved by a running forward on a shared core.
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix=f"forward-{model}",
+            initializer=_lower_thread_priority,
+            initargs=(config.forward_nice,),
+        )
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sift_server.bench import cli as bench_cli
+from sift_server.bench.server_proc import parse_cpus, pin_prefix
+from sift_server.cli import build_parser
+
+
+def test_sift_bench_is_registered_with_its_options() -> None:
+    args = build_parser().parse_args(
+        ["bench", "--quick", "--arm", "adaptive", "--arm", "timed", "--rev", "main", "--trials", "2",
+         "--client", "httpx", "--server-cpus", "0", "--client-cpus", "none", "--burst-sizes", "4,16"]
+    )  # fmt: skip
+    assert args.handler is bench_cli.main
+    assert args.arm == ["adaptive", "timed"]
+    assert args.rev == ["main"]
+    assert args.trials == 2
+    assert args.quick and args.client == "httpx"
+    assert args.burst_sizes == (4, 16)
+    assert args.concurrency == (8, 32)
+
+
+def test_bad_sizes_are_rejected() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--burst-sizes", "0,8"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--arm", "fastest"])
+
+
+def test_cpu_lists() -> None:
+    assert parse_cpus("0") == {0}
+    assert parse_cpus("0,2-3") == {0, 2, 3}
+    assert parse_cpus("none") is None
+    assert parse_cpus(None) is None
+    assert pin_prefix(None) == []
+
+
+def test_default_pinning_uses_two_cpus_when_there_are_two() -> None:
+    available = sorted(os.sched_getaffinity(0))
+    server, client = bench_cli.default_cpus(None, None)
+    if len(available) >= 2:
+        assert server == {available[0]} and client == {available[1]}
+    else:
+        assert server is None and client is None
+    assert bench_cli.default_cpus("none", "none") == (None, None)

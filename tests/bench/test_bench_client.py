@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import json
+
+import httpx
+import msgpack
+import numpy as np
+import pytest
+
+from sift_server.bench.client import (
+    HttpxTransport,
+    SdkTransport,
+    decode_encode_response,
+    sdk_available,
+    validate_dense,
+)
+
+
+def nd(array: np.ndarray) -> dict[bytes, object]:
+    array = np.ascontiguousarray(array)
+    return {b"nd": True, b"type": array.dtype.str, b"kind": b"", b"shape": list(array.shape), b"data": array.tobytes()}
+
+
+def encode_body(vectors: list[np.ndarray]) -> bytes:
+    items = [{"dense": {"dims": int(v.shape[0]), "dtype": "float32", "values": nd(v)}} for v in vectors]
+    packed: bytes = msgpack.packb({"model": "m", "items": items}, use_bin_type=True)
+    return packed
+
+
+class FakeServer:
+    """Answers encode requests like the server; ``mode`` breaks them on purpose."""
+
+    def __init__(self, mode: str = "ok", dims: int = 4) -> None:
+        self.mode = mode
+        self.dims = dims
+        self.seen: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        body = msgpack.unpackb(request.content, raw=False)
+        n = len(body["items"])
+        vectors = [np.full(self.dims, 0.5, dtype=np.float32) for _ in range(n)]
+        if self.mode == "nan":
+            vectors[0][1] = np.nan
+        if self.mode == "short":
+            vectors = vectors[:-1]
+        if self.mode == "status":
+            return httpx.Response(500, json={"detail": {"code": "INTERNAL", "message": "boom"}})
+        echoed = "wrong" if self.mode == "no-echo" else request.headers.get("x-request-id", "")
+        return httpx.Response(
+            200,
+            content=encode_body(vectors),
+            headers={"content-type": "application/msgpack", "x-request-id": echoed},
+        )
+
+
+def test_validate_dense() -> None:
+    good = np.ones((2, 4), dtype=np.float32)
+    assert validate_dense(good, 2, 4) is None
+    assert validate_dense(good, 2, None) is None
+    assert "vectors" in (validate_dense(good, 3, 4) or "")
+    assert "dims" in (validate_dense(good, 2, 8) or "")
+    assert "non-finite" in (validate_dense(np.array([[1.0, np.inf]]), 1, 2) or "")
+    assert "float" in (validate_dense(np.ones((1, 4), dtype=np.int8), 1, 4) or "")
+    assert "array" in (validate_dense([[1.0]], 1, 1) or "")
+    assert "empty" in (validate_dense(np.ones((1, 0), dtype=np.float32), 1, None) or "")
+
+
+def test_decode_encode_response() -> None:
+    vectors = [np.arange(3, dtype=np.float32), np.ones(3, dtype=np.float32)]
+    matrix = decode_encode_response(encode_body(vectors), 2)
+    assert matrix.shape == (2, 3)
+    np.testing.assert_array_equal(matrix[0], vectors[0])
+    with pytest.raises(ValueError):
+        decode_encode_response(encode_body(vectors), 3)
+
+
+@pytest.mark.parametrize("kind", ["sdk", "httpx"])
+async def test_transport_sends_the_request_id_and_validates(kind: str) -> None:
+    if kind == "sdk" and not sdk_available():
+        pytest.skip("sift_sdk not importable")
+    server = FakeServer()
+    cls = SdkTransport if kind == "sdk" else HttpxTransport
+    transport = cls(
+        "http://bench.test", "tiny/embedder", 4, max_connections=4, timeout=5.0,
+        http_transport=httpx.MockTransport(server),
+    )  # fmt: skip
+    try:
+        outcome = await transport.encode("req-000001", ["hello"])
+        assert outcome.ok, outcome.error
+        assert outcome.status == 200
+        assert outcome.issued is not None
+        assert server.seen[-1].headers["x-request-id"] == "req-000001"
+        assert server.seen[-1].url.path == "/v1/encode/tiny/embedder"
+        for mode, expected in [
+            ("nan", "non-finite"),
+            ("no-echo", "not echoed"),
+            ("short", "item"),
+            ("status", "500"),
+        ]:
+            server.mode = mode
+            outcome = await transport.encode(f"req-{mode}", ["a", "b"])
+            assert not outcome.ok, mode
+            assert expected in (outcome.error or ""), (mode, outcome.error)
+        server.mode = "ok"
+        server.dims = 5
+        outcome = await transport.encode("req-dims", ["a"])
+        assert not outcome.ok and "dims" in (outcome.error or "")
+    finally:
+        await transport.aclose()
+
+
+async def test_transport_failure_is_an_outcome_not_an_exception() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    transport = HttpxTransport(
+        "http://bench.test", "m", 4, max_connections=1, timeout=1.0, http_transport=httpx.MockTransport(refuse)
+    )
+    outcome = await transport.encode("r", ["x"])
+    await transport.aclose()
+    assert not outcome.ok
+    assert outcome.status is None
+    assert "ConnectError" in (outcome.error or "")
+
+
+def test_json_error_bodies_do_not_crash_decode() -> None:
+    with pytest.raises((ValueError, KeyError, TypeError, msgpack.UnpackException)):
+        decode_encode_response(json.dumps({"items": []}).encode(), 1)
