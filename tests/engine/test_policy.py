@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from sift_server.engine.arrivals import ArrivalModel
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
 from sift_server.engine.clock import FakeClock
@@ -40,6 +42,12 @@ class Harness:
         now = self.clock()
         self.arrivals.observe(now)
         self.queues.setdefault(lane, BatchQueue(lane)).add(Pending(rid, list(costs), now))
+
+    def headers(self, n: int = 1) -> None:
+        """Headers of ``n`` requests arrive now; they stay in ingress."""
+        for _ in range(n):
+            self.arrivals.observe(self.clock())
+        self.ingress += n
 
     def state(self) -> SchedulerState:
         lanes = [
@@ -171,7 +179,9 @@ def test_adaptive_smaller_burst_than_predicted_ends_on_the_quiet_gap() -> None:
     burst(h, 3, 0.2 * MS, "b")
     decision = h.decide()
     assert isinstance(decision, WaitUntil)
-    assert decision.deadline < h.clock() + 1 * MS
+    # One burst of regular 0.2 ms gaps seen: 8 x its mean gap, under the link gap.
+    assert h.arrivals.follow_gap == pytest.approx(1.6 * MS)
+    assert decision.deadline == pytest.approx(h.clock() + 1.6 * MS)
     h.clock.now = decision.deadline
     decision = h.decide()
     assert decision == Dispatch("default", "window")
@@ -180,8 +190,9 @@ def test_adaptive_smaller_burst_than_predicted_ends_on_the_quiet_gap() -> None:
 
 def test_adaptive_waits_while_requests_are_in_ingress() -> None:
     h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    # Three headers at once (too dense for chance): one admitted, two being read.
     h.arrive("a")
-    h.ingress = 2
+    h.headers(2)
     assert h.decide() == WaitUntil(10 * MS)
     h.ingress = 0
     assert h.decide() == Dispatch("default", "lone")
@@ -241,3 +252,83 @@ def test_arrival_model_predicts_lone_traffic_from_sequential_history() -> None:
     model.observe(200 * MS)
     assert model.expected_size == 6
     assert 0.2 * MS <= model.follow_gap <= 2 * MS
+
+
+def random_background(h: Harness, n: int = 64, gap: float = 3 * MS) -> None:
+    """Arrivals of overlapping random traffic already served (only the arrival model sees them)."""
+    for _ in range(n):
+        h.arrivals.observe(h.clock())
+        h.clock.advance(gap)
+
+
+def test_adaptive_does_not_hold_a_head_for_a_chance_follower_in_ingress() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    random_background(h)
+    h.clock.advance(6 * MS)  # an isolated head, as one random arrival in five is at 333 req/s
+    h.arrive("a")
+    h.clock.advance(0.3 * MS)
+    h.headers(1)
+    assert not h.arrivals.expects_burst
+    assert h.decide() == Dispatch("default", "lone")
+
+
+def test_adaptive_does_not_hold_for_companions_that_already_ran() -> None:
+    # Random traffic: a arrives and runs; b joins a's cluster during the
+    # forward and drains; c joins the same cluster on an idle worker. The
+    # cluster has 3 arrivals but nobody else is coming: c runs at once.
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    random_background(h)
+    h.clock.advance(1 * MS)
+    h.arrive("a")
+    assert h.decide() == Dispatch("default", "lone")
+    h.dispatch(Dispatch("default", "lone"))
+    h.busy = True
+    h.clock.advance(1 * MS)
+    h.arrive("b")
+    h.run_forward(0.5 * MS)
+    assert h.decide() == Dispatch("default", "drain")
+    h.dispatch(Dispatch("default", "drain"))
+    h.run_forward(0.2 * MS)
+    h.clock.advance(0.1 * MS)
+    h.arrive("c")
+    assert h.arrivals.current_cluster_size(h.clock()) == 3
+    assert h.decide() == Dispatch("default", "lone")
+
+
+def test_adaptive_holds_a_burst_bigger_than_learned_until_it_goes_quiet() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    for b in range(3):
+        burst(h, 8, 0.2 * MS, f"a{b}-")
+        h.settle()
+        h.clock.advance(50 * MS)
+    assert h.arrivals.expected_size == 8
+    # A burst of 12: its 9th arrival came before the 8th was dispatched.
+    burst(h, 12, 0.2 * MS, "b")
+    decision = h.decide()
+    assert isinstance(decision, WaitUntil)
+    assert decision.deadline == pytest.approx(h.clock() + h.arrivals.follow_gap)
+    h.clock.now = decision.deadline
+    decision = h.decide()
+    assert decision == Dispatch("default", "window")
+    assert len(h.dispatch(decision)) == 12
+    h.run_forward(1 * MS)
+    h.clock.advance(50 * MS)
+    # The next burst of 12 was learned: dispatched the moment it is complete.
+    for i in range(12):
+        if i:
+            h.clock.advance(0.2 * MS)
+        h.arrive(f"c{i}")
+    assert h.decide() == Dispatch("default", "burst-complete")
+
+
+def test_adaptive_hold_that_outlives_the_cluster_is_labelled_window() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    burst(h, 8, 0.2 * MS, "a")
+    h.settle()
+    h.clock.advance(50 * MS)
+    h.arrive("lone")  # predicted to be the head of a burst of 8
+    decision = h.decide()
+    assert isinstance(decision, WaitUntil)
+    # Woken late, after the cluster went quiet: still the hold's end, not a lone dispatch.
+    h.clock.now = decision.deadline + 2 * MS
+    assert h.decide() == Dispatch("default", "window")

@@ -129,9 +129,30 @@ class TimedPolicy:
 
 @dataclass(frozen=True, slots=True)
 class AdaptivePolicy:
-    """Dispatch a lone request at once; hold an idle worker only while followers
-    are known to be on their way (in ingress) or predicted by recent bursts,
-    and dispatch the moment the expected burst is complete."""
+    """Dispatch a lone request at once; hold an idle worker only while a burst
+    is expected, and dispatch the moment the expected burst is complete.
+
+    On an idle worker, for the oldest head (after the shared rules):
+
+    * ``max-wait``: the head has been held ``max_hold``;
+    * wait while requests are in ingress (headers read, not admitted) and the
+      arrival model expects a burst (an isolated cluster after learned bursts,
+      or a cluster already too dense for chance); an admission wakes us;
+    * wait while the arrival model predicts unseen followers of the latest
+      cluster, until ``follow_gap`` after the latest arrival; then ``window``
+      (the burst came out smaller than predicted);
+    * otherwise ``lone`` / ``burst-complete``: nothing more is expected.
+
+    Followers are counted by the arrival model, never by comparing its
+    cluster size with the lane: part of a cluster may already have run (or
+    sit in another lane), and under random traffic that comparison held heads
+    for companions that had already been served. Random traffic never looks
+    like a burst (see ``engine.arrivals``), so it is dispatched exactly as
+    ``immediate`` would, even a chance follower already in ingress: fusing it
+    delays the head by the follower's ingress and share of the forward, which
+    pays on a GPU-like forward (large fixed cost) and loses on a CPU-like one,
+    and the policy does not know the forward's cost.
+    """
 
     max_hold: float = 0.010
     name: str = "adaptive"
@@ -143,18 +164,18 @@ class AdaptivePolicy:
         hold_until = lane.head_arrival + self.max_hold
         if now >= hold_until:
             return Dispatch(lane.lane, "max-wait")
-        if state.ingress_pending > 0:
+        arrivals = state.arrivals
+        if state.ingress_pending > 0 and arrivals.expects_burst:
             # Followers are already being read and decoded: wait for them (an
             # admission or a failed ingress wakes the worker).
             return WaitUntil(hold_until)
-        expected = state.arrivals.predicted_size(now)
-        if lane.requests >= expected:
-            return Dispatch(lane.lane, "lone" if lane.requests == 1 else "burst-complete")
-        quiet_at = lane.last_arrival + state.arrivals.follow_gap
-        if now >= quiet_at:
-            # The burst came out smaller than predicted.
-            return Dispatch(lane.lane, "window")
-        return WaitUntil(min(quiet_at, hold_until))
+        if arrivals.unseen_followers > 0:
+            quiet_at = max(lane.last_arrival, arrivals.last_arrival) + arrivals.follow_gap
+            if now >= quiet_at:
+                # The burst came out smaller than predicted.
+                return Dispatch(lane.lane, "window")
+            return WaitUntil(min(quiet_at, hold_until))
+        return Dispatch(lane.lane, "lone" if lane.requests == 1 else "burst-complete")
 
 
 POLICIES = ("adaptive", "timed", "immediate")
