@@ -189,11 +189,12 @@ def test_adaptive_smaller_burst_than_predicted_ends_on_the_quiet_gap() -> None:
 
 
 def test_adaptive_waits_while_requests_are_in_ingress() -> None:
-    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    h = Harness(AdaptivePolicy(max_hold=10 * MS, max_burst_hold=50 * MS))
     # Three headers at once (too dense for chance): one admitted, two being read.
+    # A burst in the making may take up to max_burst_hold to arrive.
     h.arrive("a")
     h.headers(2)
-    assert h.decide() == WaitUntil(10 * MS)
+    assert h.decide() == WaitUntil(50 * MS)
     h.ingress = 0
     assert h.decide() == Dispatch("default", "lone")
 

@@ -83,9 +83,9 @@ def test_adaptive_waits_for_requests_in_ingress() -> None:
 
 
 def test_adaptive_gives_up_at_max_hold() -> None:
-    # Ingress so slow that the burst takes 17.6 ms to admit: the hold ends
-    # 10 ms after the head's admission (2.2 ms).
-    result = simulate(AdaptivePolicy(), GPU_LIKE, replay([0.0] * 8, ingress=0.0022))
+    # Ingress so slow that the burst takes 17.6 ms to admit: the hold (for a
+    # burst in the making, max_burst_hold) ends 10 ms after the head's admission (2.2 ms).
+    result = simulate(AdaptivePolicy(max_burst_hold=0.010), GPU_LIKE, replay([0.0] * 8, ingress=0.0022))
     assert result.forwards[0].reason == "max-wait"
     assert result.forwards[0].start == pytest.approx(0.0122)
     assert result.forwards[0].size == 5  # admitted at 2.2, 4.4, 6.6, 8.8, 11 ms

@@ -24,6 +24,15 @@ class Settings(BaseSettings):
 
     policy: str = "adaptive"
     max_hold_ms: float = 10.0
+    # A hold stretched to the span of learned bursts never exceeds this.
+    max_burst_hold_ms: float = 500.0
+    # Arrivals closer than this belong to one cluster (a burst in the making).
+    link_gap_ms: float = 2.0
+    # ...and, while earlier requests are still queued or running, this far apart
+    # (a running forward slows the reading of the rest of a burst on a shared core).
+    busy_link_gap_ms: float = 50.0
+    # A cluster that starts after this much silence may teach the next burst's size.
+    quiet_gap_ms: float = 5.0
     idle_coalesce_ms: float = 3.0
     max_batch_wait_ms: float = 15.0
     max_batch_requests: int = 64

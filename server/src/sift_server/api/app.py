@@ -40,6 +40,7 @@ def build_state(
     policy = make_policy(
         settings.policy,
         max_hold_ms=settings.max_hold_ms,
+        max_burst_hold_ms=settings.max_burst_hold_ms,
         idle_coalesce_ms=settings.idle_coalesce_ms,
         max_wait_ms=settings.max_batch_wait_ms,
     )
@@ -53,6 +54,9 @@ def build_state(
             ),
             max_queue_items=batching.max_queue_items or settings.max_queue_items,
             forward_nice=settings.forward_nice,
+            link_gap=settings.link_gap_ms / 1000,
+            busy_link_gap=settings.busy_link_gap_ms / 1000,
+            quiet_gap=settings.quiet_gap_ms / 1000,
         )
         return ModelWorker(spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward])
 

@@ -89,6 +89,8 @@ class BurstShape:
 @dataclass(slots=True)
 class ArrivalModel:
     link_gap: float = 0.002
+    # 0: plain link-gap clusters; the server sets 50 ms (WorkerConfig).
+    busy_link_gap: float = 0.0
     quiet_gap: float = 0.005
     min_follow_gap: float = 0.0002
     # A cluster is a burst when chance would produce it with at most this probability.
@@ -123,7 +125,11 @@ class ArrivalModel:
         whether any earlier request of this model was still queued, in ingress
         or in a forward at that moment."""
         gap = now - self.last_arrival
-        if gap > self.link_gap or not in_flight:
+        # While earlier work is still in flight, a running forward can slow the
+        # reading of a burst's later requests far past ``link_gap`` (one shared
+        # core): they still belong to the cluster, up to ``busy_link_gap``.
+        limit = self.busy_link_gap if in_flight else 0.0
+        if gap > max(self.link_gap if in_flight else 0.0, limit) or not in_flight:
             self._close_cluster()
             self.cluster_isolated = gap >= self.quiet_gap
             self.cluster_prior_rate = self._rate_before(now)
@@ -206,14 +212,14 @@ class ArrivalModel:
         """How long after the latest arrival a burst may still grow:
         ``widest_gap_factor`` times the widest gap of recent bursts, and while
         few are remembered at least ``mean_gap_factor / bursts`` times their
-        mean gap, within ``[min_follow_gap, link_gap]``."""
+        mean gap, within ``[min_follow_gap, max(link_gap, busy_link_gap)]``."""
         bursts = len(self.recent_bursts)
         if not bursts:
             return min(self.link_gap, max(self.min_follow_gap, self.link_gap / 2))
         widest = max(b.widest_gap for b in self.recent_bursts)
         mean = sum(b.span for b in self.recent_bursts) / sum(b.size - 1 for b in self.recent_bursts)
         allowance = max(self.widest_gap_factor * widest, self.mean_gap_factor / bursts * mean)
-        return min(self.link_gap, max(self.min_follow_gap, allowance))
+        return min(max(self.link_gap, self.busy_link_gap), max(self.min_follow_gap, allowance))
 
     def current_cluster_size(self, now: float) -> int:
         """Arrivals of the cluster still open at ``now`` (0 if it has gone quiet)."""

@@ -134,7 +134,8 @@ class AdaptivePolicy:
 
     On an idle worker, for the oldest head (after the shared rules):
 
-    * ``max-wait``: the head has been held ``max_hold``;
+    * ``max-wait``: the head has been held ``max_hold`` (``max_burst_hold``
+      while a learned burst is still arriving);
     * wait while requests are in ingress (headers read, not admitted) and the
       arrival model expects a burst (an isolated cluster after learned bursts,
       or a cluster already too dense for chance); an admission wakes us;
@@ -155,16 +156,23 @@ class AdaptivePolicy:
     """
 
     max_hold: float = 0.010
+    # Upper bound of a hold for a learned burst whose arrivals keep coming.
+    max_burst_hold: float = 0.500
     name: str = "adaptive"
 
     def decide(self, state: SchedulerState, now: float) -> Decision:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
-        hold_until = lane.head_arrival + self.max_hold
+        arrivals = state.arrivals
+        # A burst that is known to be coming may trickle in slowly (a slow
+        # client spreads 32 requests over a hundred milliseconds): while its
+        # arrivals keep coming within ``follow_gap`` of each other, only
+        # ``max_burst_hold`` bounds the hold.
+        expecting = arrivals.unseen_followers > 0 or arrivals.expects_burst
+        hold_until = lane.head_arrival + (max(self.max_hold, self.max_burst_hold) if expecting else self.max_hold)
         if now >= hold_until:
             return Dispatch(lane.lane, "max-wait")
-        arrivals = state.arrivals
         if state.ingress_pending > 0 and arrivals.expects_burst:
             # Followers are already being read and decoded: wait for them (an
             # admission or a failed ingress wakes the worker).
@@ -182,10 +190,15 @@ POLICIES = ("adaptive", "timed", "immediate")
 
 
 def make_policy(
-    name: str, *, max_hold_ms: float = 10.0, idle_coalesce_ms: float = 3.0, max_wait_ms: float = 15.0
+    name: str,
+    *,
+    max_hold_ms: float = 10.0,
+    max_burst_hold_ms: float = 500.0,
+    idle_coalesce_ms: float = 3.0,
+    max_wait_ms: float = 15.0,
 ) -> Policy:
     if name == "adaptive":
-        return AdaptivePolicy(max_hold=max_hold_ms / 1000)
+        return AdaptivePolicy(max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000)
     if name == "timed":
         return TimedPolicy(idle_coalesce=idle_coalesce_ms / 1000, max_wait=max_wait_ms / 1000)
     if name == "immediate":

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sift_server.adapters.base import Part, Prepared
+from sift_server.engine.arrivals import ArrivalModel
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
 from sift_server.engine.clock import Clock, monotonic
 from sift_server.engine.ingress import IngressBoard, IngressTicket
@@ -60,6 +61,10 @@ class WorkerConfig:
     default_lane: str = "default"
     # Added to the forward thread's nice value (Linux: per thread); 0 leaves it alone.
     forward_nice: int = 0
+    # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
+    link_gap: float = 0.002
+    busy_link_gap: float = 0.050
+    quiet_gap: float = 0.005
 
 
 def _lower_thread_priority(nice: int) -> None:
@@ -91,7 +96,13 @@ class ModelWorker:
         self._tickets: dict[int, Ticket] = {}
         self._ids = itertools.count()
         self._forward_ids = itertools.count()
-        self.ingress = IngressBoard(on_change=self._wake, has_work=lambda: self.busy or self.queued_requests > 0)
+        self.ingress = IngressBoard(
+            arrivals=ArrivalModel(
+                link_gap=config.link_gap, busy_link_gap=config.busy_link_gap, quiet_gap=config.quiet_gap
+            ),
+            on_change=self._wake,
+            has_work=lambda: self.busy or self.queued_requests > 0,
+        )
         self.busy = False
         self.draining = False
         self.last_forward_end = float("-inf")

@@ -37,6 +37,7 @@ from sift_server.engine.policy import (
     SchedulerState,
     WaitUntil,
 )
+from sift_server.engine.worker import WorkerConfig
 from sift_server.simulator.traces import Arrival, Client
 
 # What a queued request's ``Pending.arrival`` holds: the time it was admitted
@@ -158,7 +159,13 @@ class EngineSim:
         self.forward = forward
         self.client = client
         self.caps = caps if caps is not None else Caps()
-        self.arrivals = arrival_model if arrival_model is not None else ArrivalModel()
+        # The server's own arrival-model settings, so the simulator replays what it runs.
+        server = WorkerConfig()
+        self.arrivals = (
+            arrival_model
+            if arrival_model is not None
+            else ArrivalModel(link_gap=server.link_gap, busy_link_gap=server.busy_link_gap, quiet_gap=server.quiet_gap)
+        )
         self.pending_time: PendingTime = pending_time
         self.wake_on_header = wake_on_header
         self.lane_of = lane_of
