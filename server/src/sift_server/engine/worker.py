@@ -61,6 +61,8 @@ class WorkerConfig:
     default_lane: str = "default"
     # Added to the forward thread's nice value (Linux: per thread); 0 leaves it alone.
     forward_nice: int = 0
+    # Yield the CPU right after handing a forward to its thread (see _start_forward).
+    yield_on_dispatch: bool = True
     # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
     link_gap: float = 0.002
     busy_link_gap: float = 0.050
@@ -116,16 +118,18 @@ class ModelWorker:
             initializer=_lower_thread_priority,
             initargs=(config.forward_nice,),
         )
-        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._decision_pending = False
+        self._drained: asyncio.Event | None = None
+        self._running: asyncio.Future[list[list[Any]]] | None = None
         self._stopped = False
 
     # ---- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"scheduler-{self.model}")
+        """Bind to the running event loop (decisions run as its callbacks)."""
+        self._loop = asyncio.get_running_loop()
 
     async def close(self, grace_s: float, error: SiftError | None = None) -> None:
         """Stop admitting, finish queued and in-flight work within ``grace_s``,
@@ -133,22 +137,19 @@ class ModelWorker:
         if self._stopped:
             return
         self.draining = True
+        self._drained = asyncio.Event()
+        self._check_drained()
         self._wake()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        while (self.queued_requests or self.busy) and loop.time() < deadline:
-            await asyncio.sleep(min(0.01, max(0.0, deadline - loop.time())))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), grace_s)
         self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
         failure = error or ShuttingDown("The server is shutting down; the request was not run.")
         for queue in self._queues.values():
             for pending in list(queue.pending):
                 self._fail(pending.payload, failure)
             queue.pending.clear()
-        self._wake()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
         # In-flight forwards past the grace period: their requests get the error too.
         for ticket in list(self._tickets.values()):
             self._fail(ticket, failure)
@@ -203,6 +204,8 @@ class ModelWorker:
             if ingress is not None and ingress.open:
                 ingress.open = False
                 self.ingress.pending -= 1
+            # Decide after one loop turn: requests whose tasks are already
+            # runnable (the rest of a burst read in the same turn) join first.
             self._wake()
         return ticket
 
@@ -216,9 +219,12 @@ class ModelWorker:
     # ---- scheduling ------------------------------------------------------
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        """Ask for a decision at the next turn of the loop (coalesced). The one
+        turn lets requests whose tasks are already runnable be admitted first."""
+        if self._decision_pending or self._stopped or self._loop is None:
+            return
+        self._decision_pending = True
+        self._loop.call_soon(self._decide)
 
     def _state(self) -> SchedulerState:
         lanes = [
@@ -241,27 +247,26 @@ class ModelWorker:
             draining=self.draining,
         )
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._stopped:
-            now = self._clock()
-            decision = self.policy.decide(self._state(), now)
-            if isinstance(decision, Dispatch):
-                await self._dispatch(decision, now)
-                continue
-            self._waiter = loop.create_future()
-            if isinstance(decision, WaitUntil):
-                delay = max(0.0, decision.deadline - now)
-                self._timer = loop.call_later(delay, self._wake)
-            try:
-                await self._waiter
-            finally:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-                self._waiter = None
+    def _decide(self) -> None:
+        """Apply the policy: start a forward, or arm a timer for its deadline.
+        Runs on every event; there is no scheduler task and no polling."""
+        self._decision_pending = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._stopped or self._loop is None:
+            return
+        now = self._clock()
+        decision = self.policy.decide(self._state(), now)
+        if isinstance(decision, Dispatch):
+            self._start_forward(decision, now)
+        elif isinstance(decision, WaitUntil):
+            self._timer = self._loop.call_later(max(0.0, decision.deadline - now), self._wake)
+        else:
+            self._check_drained()
 
-    async def _dispatch(self, decision: Dispatch, decided: float) -> None:
+    def _start_forward(self, decision: Dispatch, decided: float) -> None:
+        assert self._loop is not None
         queue = self._queues[decision.lane]
         slices = queue.take(self.config.caps)
         if not slices:
@@ -281,17 +286,27 @@ class ModelWorker:
         )
         parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(slices, tickets, strict=True)]
         self.busy = True
-        loop = asyncio.get_running_loop()
+        self._running = self._loop.run_in_executor(self._executor, self._timed_forward, parts, record)
+        self._running.add_done_callback(lambda fut: self._forward_done(fut, slices, tickets, record))
+        if self.config.yield_on_dispatch:
+            # Give the forward thread the GIL and the core now: otherwise it waits
+            # for this loop turn's bookkeeping, which is off the critical path.
+            os.sched_yield()
+
+    def _forward_done(
+        self, fut: asyncio.Future[list[list[Any]]], slices: list[Slice], tickets: list[Ticket], record: ForwardRecord
+    ) -> None:
+        self._running = None
         try:
-            outputs = await loop.run_in_executor(self._executor, self._timed_forward, parts, record)
-        except Exception as exc:
-            log.exception("forward %s of model %s failed", record.forward_id, self.model)
-            record.error = f"{type(exc).__name__}: {exc}"
-            failure = InferenceError(f"Internal error while running model '{self.model}'.")
-            for ticket in tickets:
-                self._fail(ticket, failure)
-        else:
-            self._fan_out(slices, tickets, outputs, record)
+            exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+            if exc is not None:
+                log.error("forward %s of model %s failed: %r", record.forward_id, self.model, exc)
+                record.error = f"{type(exc).__name__}: {exc}"
+                failure = InferenceError(f"Internal error while running model '{self.model}'.")
+                for ticket in tickets:
+                    self._fail(ticket, failure)
+            else:
+                self._fan_out(slices, tickets, fut.result(), record)
         finally:
             self.busy = False
             self.forwards_run += 1
@@ -299,6 +314,13 @@ class ModelWorker:
             self._trace.write(record)
             for observer in self._observers:
                 observer(record)
+        # Work that arrived during the forward is decided on at once.
+        self._decide()
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        if self._drained is not None and not self.busy and not self.queued_requests:
+            self._drained.set()
 
     def _timed_forward(self, parts: Sequence[Part], record: ForwardRecord) -> list[list[Any]]:
         record.start = self._clock()
