@@ -24,6 +24,13 @@ def _add_serve(subparsers: Any) -> None:
     p.add_argument("--torch-threads", type=int, help="Intra-op threads per forward (default: one per available core).")
     p.add_argument("--max-queue-items", type=int, help="Pending items per model before 503 QUEUE_FULL (default 512).")
     p.add_argument("--memory-budget-mb", type=int, help="Evict least recently used models above this (default 8192).")
+    p.add_argument(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_const",
+        const=False,
+        help="Skip measuring each embedder's efficient batch size after load.",
+    )
     p.add_argument("--trace-file", type=Path, help="Append one JSON line per forward (for benchmarks).")
     p.add_argument("--shutdown-grace-s", type=float, help="Time to finish queued work on SIGTERM (default 30).")
     p.add_argument("--log-level", help="debug, info, warning, error.")

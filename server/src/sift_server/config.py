@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     max_batch_requests: int = 64
     max_batch_cost: int = 16_384
     max_queue_items: int = 512
+    # Measure each embedder's forward-time curve after load and drain under load in
+    # batches of its most efficient size (adds about a second to a model's load).
+    calibrate: bool = True
     # Lower CPU priority of forward threads so ingress keeps up while a forward runs.
     forward_nice: int = 10
     # Seconds between forced GIL hand-offs (Python's default is 0.005).

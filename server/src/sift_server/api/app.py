@@ -20,6 +20,7 @@ from sift_server.engine.policy import make_policy
 from sift_server.engine.trace import JsonlTrace, TraceSink
 from sift_server.engine.worker import ModelWorker, WorkerConfig
 from sift_server.metrics import Metrics
+from sift_server.registry.calibrate import Curve, drain_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
@@ -45,13 +46,15 @@ def build_state(
         max_wait_ms=settings.max_batch_wait_ms,
     )
 
-    def worker_factory(spec: ModelSpec, adapter: Adapter) -> ModelWorker:
+    def worker_factory(spec: ModelSpec, adapter: Adapter, curve: Curve | None) -> ModelWorker:
         batching = spec.batching
+        caps = Caps(
+            max_requests=batching.max_batch_requests or settings.max_batch_requests,
+            max_cost=batching.max_batch_cost or settings.max_batch_cost,
+        )
         config = WorkerConfig(
-            caps=Caps(
-                max_requests=batching.max_batch_requests or settings.max_batch_requests,
-                max_cost=batching.max_batch_cost or settings.max_batch_cost,
-            ),
+            caps=caps,
+            drain_caps=drain_caps(curve, caps),
             max_queue_items=batching.max_queue_items or settings.max_queue_items,
             forward_nice=settings.forward_nice,
             link_gap=settings.link_gap_ms / 1000,
@@ -65,6 +68,7 @@ def build_state(
         worker_factory,
         memory_budget_bytes=settings.memory_budget_mb * 2**20,
         loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
+        calibrate=settings.calibrate,
     )
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_queue_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)

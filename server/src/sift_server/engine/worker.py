@@ -57,6 +57,8 @@ class Ticket:
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     caps: Caps = field(default_factory=Caps)
+    # Caps of drains under sustained load (the model's efficient batch); None: same as ``caps``.
+    drain_caps: Caps | None = None
     max_queue_items: int = 512
     default_lane: str = "default"
     # Added to the forward thread's nice value (Linux: per thread); 0 leaves it alone.
@@ -268,7 +270,10 @@ class ModelWorker:
     def _start_forward(self, decision: Dispatch, decided: float) -> None:
         assert self._loop is not None
         queue = self._queues[decision.lane]
-        slices = queue.take(self.config.caps)
+        caps = self.config.caps
+        if decision.reason == "drain" and self.config.drain_caps is not None and not self.draining:
+            caps = self.config.drain_caps
+        slices = queue.take(caps)
         if not slices:
             return
         tickets: list[Ticket] = [s.pending.payload for s in slices]

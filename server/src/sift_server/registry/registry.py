@@ -19,13 +19,15 @@ from typing import Any, Literal
 from sift_server.adapters.base import Adapter
 from sift_server.engine.worker import ModelWorker
 from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
+from sift_server.registry import calibrate as calibration
+from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
 
 log = logging.getLogger(__name__)
 
 State = Literal["available", "loading", "loaded", "failed"]
-WorkerFactory = Callable[[ModelSpec, Adapter], ModelWorker]
+WorkerFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelWorker]
 AdapterLoader = Callable[[ModelSpec], Adapter]
 
 
@@ -55,6 +57,7 @@ class ModelRecord:
     last_used: float = 0.0
     load_seconds: float | None = None
     last_error: LoadError | None = None
+    curve: Curve | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -81,7 +84,9 @@ class Registry:
         memory_budget_bytes: int,
         loader: AdapterLoader = load_adapter,
         clock: Callable[[], float] = time.monotonic,
+        calibrate: bool = False,
     ) -> None:
+        self.calibrate = calibrate
         self.catalog = catalog
         self._worker_factory = worker_factory
         self._loader = loader
@@ -152,7 +157,9 @@ class Registry:
             return
         record.adapter = adapter
         record.memory_bytes = adapter.memory_bytes()
-        record.worker = self._worker_factory(spec, adapter)
+        if self.calibrate:
+            record.curve = await asyncio.to_thread(calibration.measure, adapter)
+        record.worker = self._worker_factory(spec, adapter, record.curve)
         record.worker.start()
         record.state = "loaded"
         record.last_error = None
@@ -162,6 +169,14 @@ class Registry:
         gc.collect()
         gc.freeze()
         log.info("model %s loaded in %.2fs (%.0f MiB)", spec.name, record.load_seconds, record.memory_bytes / 2**20)
+        if record.curve is not None:
+            rates = ", ".join(f"{n}: {r:.0f}/s" for n, r in record.curve.items_per_second.items())
+            log.info(
+                "model %s forward curve (items/s by batch size) %s; efficient batch %d",
+                spec.name,
+                rates,
+                record.curve.best_size,
+            )
         await self._make_room(0, keep=spec.name)
 
     # ---- eviction --------------------------------------------------------
