@@ -112,10 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_models(subparsers)
     from sift_server.bench.cli import register as register_bench
     from sift_server.bench.overhead import register as register_overhead
+    from sift_server.bench.primitives import register as register_primitives
     from sift_server.simulator.cli import register as register_simulate
 
     register_bench(subparsers)
     register_overhead(subparsers)
+    register_primitives(subparsers)
     register_simulate(subparsers)
     return parser
 

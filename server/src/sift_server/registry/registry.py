@@ -100,8 +100,10 @@ class Registry:
     def record(self, name: str) -> ModelRecord:
         record = self.records.get(name)
         if record is None:
-            hint = difflib.get_close_matches(name, list(self.records), n=1)
-            suffix = f" Did you mean '{hint[0]}'?" if hint else ""
+            # Compared case-insensitively: a wrong case is the commonest slip.
+            by_lower = {known.lower(): known for known in self.records}
+            hint = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+            suffix = f" Did you mean '{by_lower[hint[0]]}'?" if hint else ""
             raise ModelNotFound(f"Model '{name}' not found.{suffix}")
         return record
 

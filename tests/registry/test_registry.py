@@ -1,0 +1,146 @@
+"""Loading on demand, load failures and least-recently-used eviction, with a fake loader."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
+from sift_server.engine.policy import ImmediatePolicy
+from sift_server.engine.worker import ModelWorker
+from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
+from sift_server.registry.catalog import Catalog, ModelSpec
+from sift_server.registry.registry import Registry
+
+MB = 2**20
+
+
+class FakeAdapter(Adapter):
+    info = AdapterInfo(tasks=frozenset({"encode"}), outputs=("dense",), dims={"dense": 2})
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.closed = False
+
+    @classmethod
+    def load(cls, ctx: LoadContext) -> FakeAdapter:
+        raise NotImplementedError
+
+    def prepare(self, task: TaskInput) -> Prepared:
+        return Prepared([1], None, None)
+
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        return [[0] * (p.stop - p.start) for p in parts]
+
+    def memory_bytes(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def catalog(*names: str) -> Catalog:
+    return Catalog(ModelSpec(name=n, adapter="sentence-embedder", source={"hf": n}, tasks=["encode"]) for n in names)
+
+
+def registry(loader: Any, budget_mb: int = 100, names: tuple[str, ...] = ("a", "b", "c")) -> Registry:
+    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
+        return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
+
+    return Registry(catalog(*names), factory, memory_budget_bytes=budget_mb * MB, loader=loader)
+
+
+async def test_cold_model_answers_loading_then_serves() -> None:
+    gate = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def loader(spec: ModelSpec) -> Adapter:
+        asyncio.run_coroutine_threadsafe(gate.wait(), loop).result()
+        return FakeAdapter(10 * MB)
+
+    reg = registry(loader)
+    with pytest.raises(ModelLoading) as info:
+        reg.ready_worker("a")
+    assert info.value.retry_after == 5
+    assert reg.record("a").state == "loading"
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("a")  # still loading: no second load started
+    gate.set()
+    await reg.record("a").load_task  # type: ignore[misc]
+    record, _ = reg.ready_worker("a")
+    assert record.state == "loaded" and record.memory_bytes == 10 * MB
+    await reg.close(0)
+
+
+async def test_unknown_model_suggests_a_close_name() -> None:
+    reg = registry(lambda spec: FakeAdapter(1))
+    with pytest.raises(ModelNotFound, match="Did you mean 'a'"):
+        reg.record("A")
+
+
+async def test_permanent_load_failure_is_a_502_without_retry() -> None:
+    def loader(spec: ModelSpec) -> Adapter:
+        raise FileNotFoundError("no weights here")
+
+    reg = registry(loader)
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("a")
+    await reg.record("a").load_task  # type: ignore[misc]
+    with pytest.raises(ModelLoadFailed) as info:
+        reg.ready_worker("a")
+    assert info.value.status == 502 and info.value.retry_after is None
+    assert info.value.extra["error_class"] == "NOT_FOUND" and info.value.extra["permanent"] is True
+    assert reg.record("a").last_error is not None
+
+
+async def test_transient_failures_become_permanent_after_three_attempts() -> None:
+    attempts = 0
+
+    def loader(spec: ModelSpec) -> Adapter:
+        nonlocal attempts
+        attempts += 1
+        raise RuntimeError("flaky storage")
+
+    reg = registry(loader)
+    for _ in range(3):
+        with pytest.raises(ModelLoading):
+            reg.ready_worker("a")
+        await reg.record("a").load_task  # type: ignore[misc]
+    with pytest.raises(ModelLoadFailed):
+        reg.ready_worker("a")
+    assert attempts == 3
+
+
+async def test_least_recently_used_model_is_evicted_under_the_budget() -> None:
+    adapters: dict[str, FakeAdapter] = {}
+
+    def loader(spec: ModelSpec) -> Adapter:
+        adapters[spec.name] = FakeAdapter(40 * MB)
+        return adapters[spec.name]
+
+    reg = registry(loader, budget_mb=100)
+    await reg.load_now("a")
+    await reg.load_now("b")
+    reg.ready_worker("a")  # a is now more recently used than b
+    await reg.load_now("c")  # 120 MB > 100 MB: b goes
+    assert reg.record("b").state == "available" and adapters["b"].closed
+    assert reg.record("a").state == "loaded" and reg.record("c").state == "loaded"
+    assert reg.evictions == 1 and reg.loaded_bytes() == 80 * MB
+    await reg.close(0)
+
+
+async def test_requests_queued_on_an_evicted_model_are_told_to_retry() -> None:
+    reg = registry(lambda spec: FakeAdapter(10 * MB))
+    await reg.load_now("a")
+    _, worker = reg.ready_worker("a")
+    worker.busy = True  # hold dispatch so the request stays queued
+    ticket = worker.submit(Prepared([1], None, None), request_id="r")
+    await reg.evict("a")
+    with pytest.raises(ModelLoading):
+        await ticket.future
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("a")  # reloads on demand
+    await reg.close(0)
