@@ -12,7 +12,8 @@ _TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, known_models: frozenset[str] = frozenset()) -> None:
+        self.known_models = known_models
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "sie_requests",
@@ -39,6 +40,14 @@ class Metrics:
             "sift_forward_seconds", "Forward wall time.", ["model"], registry=self.registry
         )
         self.queue_depth = Gauge("sie_queue_depth", "Items queued per model.", ["model"], registry=self.registry)
+
+    def count(self, model: str, endpoint: str, status: int, seconds: float | None = None) -> None:
+        """One finished request. Names outside the catalog share one label value,
+        so clients cannot grow the label set without bound."""
+        label = model if model in self.known_models else "(other)"
+        self.requests.labels(label, endpoint, str(status)).inc()
+        if seconds is not None:
+            self.duration.labels(label, endpoint, "total").observe(seconds)
 
     def observe_forward(self, record: ForwardRecord) -> None:
         self.batch_items.labels(record.model).observe(record.items)

@@ -36,7 +36,7 @@ def build_state(
     for name in [settings.default_model, *settings.preload]:
         if name not in catalog:
             raise CatalogError(f"model {name!r} is not in the catalog; known: {', '.join(catalog.names())}")
-    metrics = Metrics()
+    metrics = Metrics(frozenset(catalog.names()))
     trace: TraceSink | None = JsonlTrace(settings.trace_file) if settings.trace_file else None
     policy = make_policy(
         settings.policy,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import time
-import uuid
 from typing import Any, Literal
 
 import numpy as np
@@ -14,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from sift_server.api.body import wait_for_disconnect
 from sift_server.api.errors import openai_error
+from sift_server.api.native import request_id_of
 from sift_server.api.state import ServerState
 from sift_server.errors import InvalidInput, SiftError
 from sift_server.service.encode import encode
@@ -66,7 +66,7 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
             raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model")
         native = EncodeBody(items=[Item(text=t) for t in texts])
         ctx = RequestContext(
-            request_id=request.headers.get("x-request-id") or uuid.uuid4().hex,
+            request_id=request_id_of(request),
             started=started,
             disconnected=lambda: wait_for_disconnect(request),
         )
@@ -82,7 +82,7 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
                 )
         outcome = await encode(state.registry, body.model, native, state.limits, ctx)
     except SiftError as error:
-        state.metrics.requests.labels(body.model, "embeddings", str(error.status)).inc()
+        state.metrics.count(body.model, "embeddings", error.status)
         return openai_error(error)
     data = [
         {"object": "embedding", "embedding": _embedding(vector, body.encoding_format), "index": index}
@@ -93,7 +93,7 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
         "total_tokens": outcome.input_tokens,
         "sie_token_source": "worker",
     }
-    state.metrics.requests.labels(body.model, "embeddings", "200").inc()
+    state.metrics.count(body.model, "embeddings", 200, time.perf_counter() - started)
     return JSONResponse(
         {"object": "list", "data": data, "model": body.model, "usage": usage},
         headers={"X-SIE-Served-By": "local"},

@@ -23,7 +23,7 @@ from sift_server.service.common import (
     string_option,
 )
 from sift_server.service.quantize import OUTPUT_DTYPES, quantize
-from sift_server.service.run import RequestContext, run_task
+from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import EncodeBody
 
@@ -31,9 +31,9 @@ OUTPUT_TYPES = ("dense", "sparse", "multivector")
 
 
 @dataclass(slots=True)
-class EncodeOutcome:
-    payload: dict[str, Any]
-    timing: Timing
+class EncodeOutcome(Outcome):
+    """Also the raw vectors and token count, for the OpenAI route."""
+
     vectors: list[np.ndarray]
     input_tokens: int
 
@@ -95,9 +95,7 @@ async def encode(
         if "dense" in output_types:
             entry["dense"] = {"dims": dims, "dtype": label, "values": values}
         items_out.append(entry)
-    now = time.perf_counter()
-    timing.postprocessing_s = now - post_start
-    timing.total_s = now - ctx.started
+    timing.finish(post_start)
     payload = {
         "model": model,
         "items": items_out,

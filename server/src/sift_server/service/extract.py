@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sift_server.adapters.base import ExtractTask
@@ -19,18 +18,12 @@ from sift_server.service.common import (
     split_profile,
     string_option,
 )
-from sift_server.service.run import RequestContext, run_task
+from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import ExtractBody
 
 MAX_LABELS = 1000
 _EMPTY_RESULT = ("entities", "relations", "classifications", "objects")
-
-
-@dataclass(slots=True)
-class ExtractOutcome:
-    payload: dict[str, Any]
-    timing: Timing
 
 
 def _threshold(options: dict[str, Any]) -> float | None:
@@ -59,9 +52,7 @@ def _shape(result: dict[str, Any], item_id: str) -> dict[str, Any]:
     return shaped
 
 
-async def extract(
-    registry: Registry, model: str, body: ExtractBody, limits: Limits, ctx: RequestContext
-) -> ExtractOutcome:
+async def extract(registry: Registry, model: str, body: ExtractBody, limits: Limits, ctx: RequestContext) -> Outcome:
     name, path_profile = split_profile(model)
     record, worker = registry.ready_worker(name)
     require_task(record, "extract")
@@ -92,8 +83,6 @@ async def extract(
         _shape(result, item.id if item.id is not None else f"item-{index}")
         for index, (item, result) in enumerate(zip(body.items, outputs, strict=True))
     ]
-    now = time.perf_counter()
-    timing.postprocessing_s = now - post_start
-    timing.total_s = now - ctx.started
+    timing.finish(post_start)
     payload = {"model": model, "items": items_out, "usage": {"input_tokens": prepared.input_tokens}}
-    return ExtractOutcome(payload, timing)
+    return Outcome(payload, timing)

@@ -27,6 +27,14 @@ class RequestContext:
     disconnected: Callable[[], Awaitable[Any]] | None = None
 
 
+@dataclass(slots=True)
+class Outcome:
+    """A primitive's response body and its timing."""
+
+    payload: dict[str, Any]
+    timing: Timing
+
+
 async def run_task(
     record: ModelRecord, worker: ModelWorker, task: TaskInput, ctx: RequestContext, timing: Timing, lane: str | None
 ) -> tuple[list[Any], Prepared]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from sift_server.adapters.base import ScoreTask
 from sift_server.errors import InferenceError, InvalidInput
@@ -21,20 +19,14 @@ from sift_server.service.common import (
     split_profile,
     string_option,
 )
-from sift_server.service.run import RequestContext, run_task
+from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import ScoreBody
 
 MAX_CANDIDATES = 1000
 
 
-@dataclass(slots=True)
-class ScoreOutcome:
-    payload: dict[str, Any]
-    timing: Timing
-
-
-async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits, ctx: RequestContext) -> ScoreOutcome:
+async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits, ctx: RequestContext) -> Outcome:
     name, path_profile = split_profile(model)
     record, worker = registry.ready_worker(name)
     require_task(record, "score")
@@ -66,9 +58,7 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         scored.append((value, index, item.id if item.id is not None else f"item-{index}"))
     # Stable: equal scores keep request order.
     scored.sort(key=lambda entry: (-entry[0], entry[1]))
-    now = time.perf_counter()
-    timing.postprocessing_s = now - post_start
-    timing.total_s = now - ctx.started
+    timing.finish(post_start)
     payload = {
         "model": model,
         "query_id": body.query.id,
@@ -77,4 +67,4 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         ],
         "usage": {"input_tokens": prepared.input_tokens},
     }
-    return ScoreOutcome(payload, timing)
+    return Outcome(payload, timing)

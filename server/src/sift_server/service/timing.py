@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 
@@ -13,6 +14,12 @@ class Timing:
     inference_s: float = 0.0
     postprocessing_s: float = 0.0
     total_s: float = 0.0
+
+    def finish(self, postprocessing_started: float) -> None:
+        """Close the postprocessing phase and the request's total."""
+        now = time.perf_counter()
+        self.postprocessing_s = now - postprocessing_started
+        self.total_s = now - self.started
 
     def body(self) -> dict[str, float | None]:
         return {
