@@ -38,6 +38,8 @@ def _add_serve(subparsers: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from sift_server.config import Settings
     from sift_server.registry.catalog import CatalogError
     from sift_server.server import serve
@@ -45,7 +47,11 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {
         key: value for key, value in vars(args).items() if key not in ("handler", "command") and value is not None
     }
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        print(f"sift: invalid setting: {exc}", file=sys.stderr)
+        return 2
     try:
         serve(settings)
     except CatalogError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,9 +23,9 @@ class Settings(BaseSettings):
     # Models loaded before /readyz turns ready (the default model is always one).
     preload: list[str] = Field(default_factory=list)
 
-    policy: str = "adaptive"
+    policy: Literal["adaptive", "timed", "immediate"] = "adaptive"
     max_hold_ms: float = 10.0
-    # A hold stretched to the span of learned bursts never exceeds this.
+    # A head held for a learned burst whose requests keep arriving waits at most this.
     max_burst_hold_ms: float = 500.0
     # Arrivals closer than this belong to one cluster (a burst in the making).
     link_gap_ms: float = 2.0
@@ -43,8 +44,6 @@ class Settings(BaseSettings):
     calibrate: bool = True
     # Lower CPU priority of forward threads so ingress keeps up while a forward runs.
     forward_nice: int = 10
-    # Seconds between forced GIL hand-offs (Python's default is 0.005).
-    gil_switch_interval_s: float = 0.005
 
     # One intra-op thread per core is a sensible default for small machines.
     torch_threads: int = 0

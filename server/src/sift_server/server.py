@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import sys
 from types import FrameType
 
 import uvicorn
@@ -49,7 +48,6 @@ def serve(settings: Settings) -> None:
     # Fewer, cheaper collections: the model's objects are frozen after load
     # (registry), so the collector only ever scans request garbage.
     gc.set_threshold(50_000, 50, 1000)
-    sys.setswitchinterval(settings.gil_switch_interval_s)
     state = build_state(settings)
     app = create_app(state)
     config = uvicorn.Config(

@@ -1,0 +1,33 @@
+"""The `sift` command's own behaviour (no server started)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sift_server.cli import main
+
+
+def test_invalid_setting_from_the_environment_fails_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SIFT_POLICY", "fastest")
+    assert main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "policy" in err and "adaptive" in err
+
+
+def test_models_lists_the_shipped_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["sentence-transformers/all-MiniLM-L6-v2"]["tasks"] == "encode"
+    assert by_name["urchade/gliner_small-v2.1"]["adapter"] == "gliner"
+    assert by_name["cross-encoder/ms-marco-MiniLM-L-6-v2"]["source"].startswith("hf:")
+
+
+def test_models_table_has_a_header(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models"]) == 0
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line.split()[:3] == ["NAME", "TASKS", "ADAPTER"]
