@@ -15,6 +15,7 @@ from sift_server.api.body import wait_for_disconnect
 from sift_server.api.errors import openai_error
 from sift_server.api.native import request_id_of
 from sift_server.api.state import ServerState
+from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError
 from sift_server.service.encode import encode
 from sift_server.service.run import RequestContext
@@ -59,15 +60,21 @@ def _embedding(vector: np.ndarray, fmt: str | None) -> list[float] | str:
 async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
     state: ServerState = request.app.state.sift
     started = time.perf_counter()
+    ingress: IngressTicket | None = None
     try:
         texts = _texts(body.input)
         record = state.registry.record(body.model)
+        if record.worker is not None:
+            # The model is only known once the body is parsed: count the request
+            # from here, so OpenAI traffic feeds the arrival model as well.
+            ingress = record.worker.ingress.begin(started)
         if "encode" not in record.spec.tasks:
             raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model")
         native = EncodeBody(items=[Item(text=t) for t in texts])
         ctx = RequestContext(
             request_id=request_id_of(request),
             started=started,
+            ingress=ingress,
             disconnected=lambda: wait_for_disconnect(request),
         )
         if body.dimensions is not None:
@@ -84,6 +91,9 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
     except SiftError as error:
         state.metrics.count(body.model, "embeddings", error.status)
         return openai_error(error)
+    finally:
+        if ingress is not None:
+            ingress.end()
     data = [
         {"object": "embedding", "embedding": _embedding(vector, body.encoding_format), "index": index}
         for index, vector in enumerate(outcome.vectors)
