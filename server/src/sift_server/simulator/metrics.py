@@ -7,20 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sift_server.bench.stats import percentile  # one nearest-rank definition for bench and simulator
 from sift_server.engine.policy import REASONS
 from sift_server.simulator.engine_sim import SimResult
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile: the smallest value with at least ``p`` % of
-    the values at or below it (``p`` in (0, 100])."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 < p <= 100:
-        raise ValueError("percentile must be in (0, 100]")
-    ordered = sorted(values)
-    rank = math.ceil(p / 100 * len(ordered))
-    return ordered[max(rank, 1) - 1]
 
 
 def _mean(values: Sequence[float]) -> float:
