@@ -31,3 +31,18 @@ def test_models_table_has_a_header(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models"]) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line.split()[:3] == ["NAME", "TASKS", "ADAPTER"]
+
+
+def test_serve_flags_reach_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sift_server.server import DrainingServer
+
+    seen: dict[str, object] = {}
+
+    def fake_run(self: DrainingServer, sockets: object = None) -> None:
+        seen["keep_alive"] = self.config.timeout_keep_alive
+        seen["port"] = self.config.port
+        seen["policy"] = self.sift_state.settings.policy
+
+    monkeypatch.setattr(DrainingServer, "run", fake_run)
+    assert main(["serve", "--port", "8123", "--keep-alive-s", "30", "--policy", "timed"]) == 0
+    assert seen == {"keep_alive": 30, "port": 8123, "policy": "timed"}

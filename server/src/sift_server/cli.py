@@ -32,6 +32,7 @@ def _add_serve(subparsers: Any) -> None:
         help="Skip measuring each embedder's efficient batch size after load.",
     )
     p.add_argument("--trace-file", type=Path, help="Append one JSON line per forward (for benchmarks).")
+    p.add_argument("--keep-alive-s", type=int, help="Close idle keep-alive connections after this (default 5).")
     p.add_argument("--shutdown-grace-s", type=float, help="Time to finish queued work on SIGTERM (default 30).")
     p.add_argument("--log-level", help="debug, info, warning, error.")
     p.set_defaults(handler=_serve)

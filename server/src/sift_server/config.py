@@ -52,5 +52,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 35_651_584
     max_item_bytes: int = 2 * 1024 * 1024
     shutdown_grace_s: float = 30.0
+    # Idle keep-alive connections are closed after this (clients that pool
+    # connections longer should keep theirs below it).
+    keep_alive_s: int = 5
     trace_file: Path | None = None
     log_level: str = "info"

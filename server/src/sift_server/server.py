@@ -56,6 +56,7 @@ def serve(settings: Settings) -> None:
         port=settings.port,
         log_level=settings.log_level,
         access_log=False,
+        timeout_keep_alive=settings.keep_alive_s,
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
     )
     DrainingServer(config, state).run()
