@@ -124,7 +124,6 @@ class ModelWorker:
         self._timer: asyncio.TimerHandle | None = None
         self._decision_pending = False
         self._drained: asyncio.Event | None = None
-        self._running: asyncio.Future[list[list[Any]]] | None = None
         self._stopped = False
 
     # ---- lifecycle -------------------------------------------------------
@@ -203,9 +202,8 @@ class ModelWorker:
             ticket.future.add_done_callback(lambda fut: self._on_ticket_done(key, lane_name, fut))
         finally:
             # Admission (or its refusal) ends ingress; the queue already holds it.
-            if ingress is not None and ingress.open:
-                ingress.open = False
-                self.ingress.pending -= 1
+            if ingress is not None:
+                ingress.end()
             # Decide after one loop turn: requests whose tasks are already
             # runnable (the rest of a burst read in the same turn) join first.
             self._wake()
@@ -291,8 +289,8 @@ class ModelWorker:
         )
         parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(slices, tickets, strict=True)]
         self.busy = True
-        self._running = self._loop.run_in_executor(self._executor, self._timed_forward, parts, record)
-        self._running.add_done_callback(lambda fut: self._forward_done(fut, slices, tickets, record))
+        running = self._loop.run_in_executor(self._executor, self._timed_forward, parts, record)
+        running.add_done_callback(lambda fut: self._forward_done(fut, slices, tickets, record))
         if self.config.yield_on_dispatch:
             # Give the forward thread the GIL and the core now: otherwise it waits
             # for this loop turn's bookkeeping, which is off the critical path.
@@ -301,7 +299,6 @@ class ModelWorker:
     def _forward_done(
         self, fut: asyncio.Future[list[list[Any]]], slices: list[Slice], tickets: list[Ticket], record: ForwardRecord
     ) -> None:
-        self._running = None
         try:
             exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
             if exc is not None:
