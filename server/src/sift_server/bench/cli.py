@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -13,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sift_server.bench.server_proc import default_cpus
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.policy import POLICIES
 
@@ -84,16 +84,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     add_arguments(parser)
     parser.set_defaults(handler=main)
     return parser
-
-
-def default_cpus(server: str | None, client: str | None) -> tuple[set[int] | None, set[int] | None]:
-    from sift_server.bench.server_proc import parse_cpus
-
-    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pinned = len(available) >= 2
-    server_cpus = parse_cpus(server) if server is not None else ({available[0]} if pinned else None)
-    client_cpus = parse_cpus(client) if client is not None else ({available[1]} if pinned else None)
-    return server_cpus, client_cpus
 
 
 def _rebuild(path: Path, make_plots: bool) -> int:

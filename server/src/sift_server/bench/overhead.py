@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_server.bench.server_proc import ServerProcess, ServerSpec, parse_cpus
+from sift_server.bench.server_proc import ServerProcess, ServerSpec, default_cpus
 from sift_server.bench.stats import percentile
 from sift_server.config import DEFAULT_MODEL
 
@@ -111,16 +111,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--catalog", action="append", type=Path, default=[])
     p.add_argument("--requests", type=int, default=200)
-    p.add_argument("--server-cpus", default="0" if (os.cpu_count() or 1) >= 2 else None)
-    p.add_argument("--client-cpus", default="1" if (os.cpu_count() or 1) >= 2 else None)
+    p.add_argument("--server-cpus", help="taskset CPU list of the server (default: the first available CPU)")
+    p.add_argument("--client-cpus", help="CPU list of this client (default: the second available CPU)")
     p.add_argument("--json", type=Path, help="Also write the figures to this file.")
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    figures = measure(
-        args.model, args.catalog, args.requests, parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
-    )
+    figures = measure(args.model, args.catalog, args.requests, *default_cpus(args.server_cpus, args.client_cpus))
     for key, value in figures.items():
         print(f"{key:>22}  {value:.2f}" if isinstance(value, float) else f"{key:>22}  {value}")
     if args.json:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_server.bench.server_proc import ServerProcess, ServerSpec, parse_cpus
+from sift_server.bench.server_proc import ServerProcess, ServerSpec, default_cpus
 from sift_server.bench.stats import median
 from sift_server.bench.workload import make_texts
 
@@ -113,8 +113,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", action="append", required=True, help="Catalog model (repeatable).")
     p.add_argument("--catalog", action="append", type=Path, default=[])
     p.add_argument("--requests", type=int, default=30)
-    p.add_argument("--server-cpus", default="0" if (os.cpu_count() or 1) >= 2 else None)
-    p.add_argument("--client-cpus", default="1" if (os.cpu_count() or 1) >= 2 else None)
+    p.add_argument("--server-cpus", help="taskset CPU list of the server (default: the first available CPU)")
+    p.add_argument("--client-cpus", help="CPU list of this client (default: the second available CPU)")
     p.add_argument("--json", type=Path, help="Also write the figures to this file.")
     p.set_defaults(handler=_run)
 
@@ -122,7 +122,7 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    server_cpus, client_cpus = parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
+    server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
     torch.set_num_threads(1)
     rows = []
     for name in args.model:

@@ -47,6 +47,16 @@ def parse_cpus(spec: str | None) -> set[int] | None:
     return cpus
 
 
+def default_cpus(server: str | None, client: str | None) -> tuple[set[int] | None, set[int] | None]:
+    """Explicit CPU lists, or by default the first available CPU for the server
+    and the second for the load generator (no pinning on a single CPU)."""
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pinned = len(available) >= 2
+    server_cpus = parse_cpus(server) if server is not None else ({available[0]} if pinned else None)
+    client_cpus = parse_cpus(client) if client is not None else ({available[1]} if pinned else None)
+    return server_cpus, client_cpus
+
+
 def pin_prefix(cpus: set[int] | None) -> list[str]:
     """``taskset -c LIST`` (or nothing when unpinned or taskset is missing)."""
     if cpus is None:
