@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from sift_server.adapters.base import OverflowPolicy, Task
+from sift_server.engine.worker import ModelWorker
 from sift_server.errors import InvalidInput
-from sift_server.registry.registry import ModelRecord
+from sift_server.registry.registry import ModelRecord, Registry
 from sift_server.wire.schemas import Item
 
 OVERFLOW_POLICIES: dict[str, OverflowPolicy] = {
@@ -56,6 +57,29 @@ def lane_of(options: Mapping[str, Any], record: ModelRecord) -> str | None:
     if lora is None:
         return None
     raise InvalidInput(f"Model '{record.spec.name}' does not support LoRA adapters.")
+
+
+class Target(NamedTuple):
+    """The model a request addresses, ready to serve it."""
+
+    name: str
+    path_profile: str | None
+    record: ModelRecord
+    worker: ModelWorker
+
+
+def ready_for(registry: Registry, model: str, task: Task) -> Target:
+    """Resolve the path's model (and profile), start loading it if cold (raises
+    while it loads), and check that it has the task."""
+    name, path_profile = split_profile(model)
+    record, worker = registry.ready_worker(name)
+    require_task(record, task)
+    return Target(name, path_profile, record, worker)
+
+
+def result_id(item: Item, index: int) -> str:
+    """Score and extract results name every item; missing ids become ``item-<index>``."""
+    return item.id if item.id is not None else f"item-{index}"
 
 
 def require_task(record: ModelRecord, task: Task) -> None:

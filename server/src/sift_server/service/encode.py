@@ -18,8 +18,7 @@ from sift_server.service.common import (
     item_texts,
     lane_of,
     overflow_policy,
-    require_task,
-    split_profile,
+    ready_for,
     string_option,
 )
 from sift_server.service.quantize import OUTPUT_DTYPES, quantize
@@ -62,9 +61,7 @@ def _output_dtype(params_dtype: str | None, options: dict[str, Any]) -> str:
 async def encode(
     registry: Registry, model: str, body: EncodeBody, limits: Limits, ctx: RequestContext
 ) -> EncodeOutcome:
-    name, path_profile = split_profile(model)
-    record, worker = registry.ready_worker(name)
-    require_task(record, "encode")
+    _, path_profile, record, worker = ready_for(registry, model, "encode")
     texts = item_texts(body.items, limits)
     params = body.params
     options = dict(params.options or {}) if params else {}

@@ -14,8 +14,8 @@ from sift_server.service.common import (
     item_texts,
     lane_of,
     overflow_policy,
-    require_task,
-    split_profile,
+    ready_for,
+    result_id,
     string_option,
 )
 from sift_server.service.run import Outcome, RequestContext, run_task
@@ -53,9 +53,7 @@ def _shape(result: dict[str, Any], item_id: str) -> dict[str, Any]:
 
 
 async def extract(registry: Registry, model: str, body: ExtractBody, limits: Limits, ctx: RequestContext) -> Outcome:
-    name, path_profile = split_profile(model)
-    record, worker = registry.ready_worker(name)
-    require_task(record, "extract")
+    name, path_profile, record, worker = ready_for(registry, model, "extract")
     texts = item_texts(body.items, limits)
     params = body.params
     options = dict(params.options or {}) if params else {}
@@ -80,7 +78,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     post_start = time.perf_counter()
     assert body.items is not None
     items_out = [
-        _shape(result, item.id if item.id is not None else f"item-{index}")
+        _shape(result, result_id(item, index))
         for index, (item, result) in enumerate(zip(body.items, outputs, strict=True))
     ]
     timing.finish(post_start)

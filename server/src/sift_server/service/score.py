@@ -15,8 +15,8 @@ from sift_server.service.common import (
     item_texts,
     lane_of,
     overflow_policy,
-    require_task,
-    split_profile,
+    ready_for,
+    result_id,
     string_option,
 )
 from sift_server.service.run import Outcome, RequestContext, run_task
@@ -27,9 +27,7 @@ MAX_CANDIDATES = 1000
 
 
 async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits, ctx: RequestContext) -> Outcome:
-    name, path_profile = split_profile(model)
-    record, worker = registry.ready_worker(name)
-    require_task(record, "score")
+    name, path_profile, record, worker = ready_for(registry, model, "score")
     if body.query is None:
         raise InvalidInput("Field 'query' is required.")
     query = item_text(body.query, 0, limits, field="query")
@@ -55,7 +53,7 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         value = float(value)
         if not math.isfinite(value):
             raise InferenceError(f"Model '{name}' produced a non-finite score for item {index}.")
-        scored.append((value, index, item.id if item.id is not None else f"item-{index}"))
+        scored.append((value, index, result_id(item, index)))
     # Stable: equal scores keep request order.
     scored.sort(key=lambda entry: (-entry[0], entry[1]))
     timing.finish(post_start)
