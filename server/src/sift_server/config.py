@@ -8,7 +8,11 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sift_server.engine.policy import AdaptivePolicy, TimedPolicy
+from sift_server.engine.worker import WorkerConfig
+
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_ADAPTIVE, _TIMED, _WORKER = AdaptivePolicy(), TimedPolicy(), WorkerConfig()
 
 
 class Settings(BaseSettings):
@@ -24,21 +28,22 @@ class Settings(BaseSettings):
     preload: list[str] = Field(default_factory=list)
 
     policy: Literal["adaptive", "timed", "immediate"] = "adaptive"
-    max_hold_ms: float = 10.0
+    # Engine knobs; their defaults are the engine's own (in milliseconds here).
+    max_hold_ms: float = _ADAPTIVE.max_hold * 1000
     # A head held for a learned burst whose requests keep arriving waits at most this.
-    max_burst_hold_ms: float = 500.0
+    max_burst_hold_ms: float = _ADAPTIVE.max_burst_hold * 1000
     # Arrivals closer than this belong to one cluster (a burst in the making).
-    link_gap_ms: float = 2.0
+    link_gap_ms: float = _WORKER.link_gap * 1000
     # ...and, while earlier requests are still queued or running, this far apart
     # (a running forward slows the reading of the rest of a burst on a shared core).
-    busy_link_gap_ms: float = 50.0
+    busy_link_gap_ms: float = _WORKER.busy_link_gap * 1000
     # A cluster that starts after this much silence may teach the next burst's size.
-    quiet_gap_ms: float = 5.0
-    idle_coalesce_ms: float = 3.0
-    max_batch_wait_ms: float = 15.0
-    max_batch_requests: int = 64
-    max_batch_cost: int = 16_384
-    max_queue_items: int = 512
+    quiet_gap_ms: float = _WORKER.quiet_gap * 1000
+    idle_coalesce_ms: float = _TIMED.idle_coalesce * 1000
+    max_batch_wait_ms: float = _TIMED.max_wait * 1000
+    max_batch_requests: int = _WORKER.caps.max_requests
+    max_batch_cost: int = _WORKER.caps.max_cost
+    max_queue_items: int = _WORKER.max_queue_items
     # Measure each embedder's forward-time curve after load and drain under load in
     # batches of its most efficient size (adds about a second to a model's load).
     calibrate: bool = True

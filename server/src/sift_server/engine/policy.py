@@ -192,11 +192,12 @@ POLICIES = ("adaptive", "timed", "immediate")
 def make_policy(
     name: str,
     *,
-    max_hold_ms: float = 10.0,
-    max_burst_hold_ms: float = 500.0,
-    idle_coalesce_ms: float = 3.0,
-    max_wait_ms: float = 15.0,
+    max_hold_ms: float = AdaptivePolicy().max_hold * 1000,
+    max_burst_hold_ms: float = AdaptivePolicy().max_burst_hold * 1000,
+    idle_coalesce_ms: float = TimedPolicy().idle_coalesce * 1000,
+    max_wait_ms: float = TimedPolicy().max_wait * 1000,
 ) -> Policy:
+    """A policy by name; the defaults are the policies' own."""
     if name == "adaptive":
         return AdaptivePolicy(max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000)
     if name == "timed":
