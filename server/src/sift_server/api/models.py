@@ -28,8 +28,6 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
             outputs.extend(record.adapter.info.outputs if record.adapter else ["dense"])
         else:
             outputs.extend(_TASK_OUTPUTS[task])
-    if record.adapter is None and "dense" in outputs and "dense_dims" in spec.options:
-        dims["dense"] = int(spec.options["dense_dims"])
     return {
         "name": spec.name,
         "inputs": ["text"],
