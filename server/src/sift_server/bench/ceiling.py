@@ -19,7 +19,7 @@ from typing import Any
 
 from sift_server.bench.server_proc import child_env, pin_prefix
 from sift_server.bench.stats import median
-from sift_server.bench.workload import make_texts
+from sift_server.bench.workload import WORKLOADS, Workload, texts_for
 
 GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 _BATCHES_PER_SIZE = 8
@@ -34,15 +34,18 @@ def measure(
     min_reps: int = 3,
     max_reps: int = 200,
     progress: Callable[[int], None] = lambda size: None,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    from sift_server.adapters.base import EncodeTask, Part
+    """Median seconds of one forward per batch size (encode; extract with ``labels``)."""
+    from sift_server.adapters.base import EncodeTask, ExtractTask, Part, TaskInput
 
     out: dict[str, Any] = {}
     for size in sorted(set(sizes)):
         parts = []
         for b in range(_BATCHES_PER_SIZE):
             batch = [texts[(b * size + k) % len(texts)] for k in range(size)]
-            parts.append([Part(adapter.prepare(EncodeTask(batch)), 0, size)])
+            task: TaskInput = EncodeTask(batch) if labels is None else ExtractTask(batch, labels)
+            parts.append([Part(adapter.prepare(task), 0, size)])
         adapter.forward(parts[0])  # not timed: first call at this shape
         times: list[float] = []
         until = time.perf_counter() + min_time_s
@@ -71,6 +74,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-time", type=float, default=0.5)
     parser.add_argument("--min-reps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workload", choices=WORKLOADS, default="short")
+    parser.add_argument("--labels", help="comma-separated: measure extract forwards with these labels")
     args = parser.parse_args(argv)
 
     from sift_server.registry.catalog import Catalog
@@ -85,8 +90,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     def note(size: int) -> None:
         print(f"ceiling: batch {size} done", file=sys.stderr, flush=True)
 
+    labels = args.labels.split(",") if args.labels else None
+    texts = texts_for(args.workload, seed=args.seed)
     measured = measure(
-        adapter, make_texts(seed=args.seed), sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note
+        adapter, texts, sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note, labels=labels
     )
     result = {
         "model": args.model,
@@ -110,6 +117,8 @@ def run_ceiling(
     seed: int,
     log_path: Path,
     timeout_s: float = 1800.0,
+    workload: Workload = "short",
+    labels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Measure in a pinned child process; raises ``RuntimeError`` on failure."""
     command = [
@@ -120,6 +129,8 @@ def run_ceiling(
         "--torch-threads", str(torch_threads),
         "--min-time", str(min_time_s),
         "--seed", str(seed),
+        "--workload", workload,
+        *(["--labels", ",".join(labels)] if labels else []),
         *[arg for folder in catalogs for arg in ("--catalog", str(folder))],
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)
