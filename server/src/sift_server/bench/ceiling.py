@@ -3,8 +3,11 @@
 Run as a child process (``python -m sift_server.bench.ceiling``) pinned to the
 server's CPUs with the server's torch threads, so that it measures what the
 server's forward could do on the same core. Tokenization is done beforehand;
-only ``adapter.forward`` is timed, on batches of the same texts the benchmark
-sends."""
+only the forward is timed, on batches of the same texts the benchmark sends,
+run as the server runs them: cut into sub-forwards of similar length
+(``engine.padding``) with the fixed cost measured here first, as the server
+learns it. On mixed lengths one padded forward of a whole batch would be a
+straw man (a 16-text batch with one long passage runs several times slower)."""
 
 from __future__ import annotations
 
@@ -38,26 +41,58 @@ def measure(
 ) -> dict[str, Any]:
     """Median seconds of one forward per batch size (encode; extract with ``labels``)."""
     from sift_server.adapters.base import EncodeTask, ExtractTask, Part, TaskInput
+    from sift_server.engine import padding
 
+    def prepare(batch: list[str]) -> Any:
+        task: TaskInput = EncodeTask(batch) if labels is None else ExtractTask(batch, labels)
+        return adapter.prepare(task)
+
+    fixed_tokens = _fixed_tokens(adapter, prepare, texts)
     out: dict[str, Any] = {}
     for size in sorted(set(sizes)):
-        parts = []
+        forwards = []
         for b in range(_BATCHES_PER_SIZE):
-            batch = [texts[(b * size + k) % len(texts)] for k in range(size)]
-            task: TaskInput = EncodeTask(batch) if labels is None else ExtractTask(batch, labels)
-            parts.append([Part(adapter.prepare(task), 0, size)])
-        adapter.forward(parts[0])  # not timed: first call at this shape
+            prepared = prepare([texts[(b * size + k) % len(texts)] for k in range(size)])
+            groups = padding.plan(prepared.item_costs, fixed_tokens)
+            forwards.append([[Part(prepared, i, i + 1) for i in group] for group in groups])
+
+        def run(chunks: list[list[Any]]) -> None:
+            for chunk in chunks:
+                adapter.forward(chunk)
+
+        run(forwards[0])  # not timed: first call at this shape
         times: list[float] = []
         until = time.perf_counter() + min_time_s
         while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() < until):
-            batch_parts = parts[len(times) % len(parts)]
+            chunks = forwards[len(times) % len(forwards)]
             t0 = time.perf_counter()
-            adapter.forward(batch_parts)
+            run(chunks)
             times.append(time.perf_counter() - t0)
         mid = median(times)
         out[str(size)] = {"median_s": mid, "items_per_s": size / mid, "times_s": times}
         progress(size)
     return out
+
+
+def _fixed_tokens(adapter: Any, prepare: Callable[[list[str]], Any], texts: Sequence[str]) -> float | None:
+    """The forward's fixed cost in tokens, from uniform batches of the shortest text
+    (fastest of three per size), as the server's forward-cost line would learn it."""
+    from sift_server.adapters.base import Part
+    from sift_server.engine.forward_cost import ForwardCost
+
+    probe = min(texts, key=len)
+    cost = ForwardCost()
+    for size in (1, 4, 16):
+        prepared = prepare([probe] * size)
+        parts = [Part(prepared, 0, size)]
+        adapter.forward(parts)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            adapter.forward(parts)
+            best = min(best, time.perf_counter() - t0)
+        cost.observe(sum(prepared.item_costs), best)
+    return cost.fixed_tokens
 
 
 def summarize(sizes: dict[str, Any]) -> dict[str, Any]:
