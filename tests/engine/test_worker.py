@@ -320,3 +320,25 @@ async def test_forward_finished_waits_for_a_forward_past_the_grace() -> None:
     assert not waiter.done()  # the thread still runs the model
     forward.gate.set()
     await waiter
+
+
+async def test_short_texts_are_answered_before_the_long_one_of_their_batch_ends() -> None:
+    release_long = threading.Event()
+
+    class LengthAware(FakeForward):
+        def __call__(self, parts: Sequence[Part]) -> list[list[Any]]:
+            if any(p.prepared.item_costs[p.start] > 100 for p in parts):
+                release_long.wait(timeout=30)
+            return super().__call__(parts)
+
+    forward = LengthAware()
+    worker = make_worker(forward, AdaptivePolicy())
+    worker.scheduler.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])  # fixed part: 160 tokens' worth
+    long = worker.submit(Prepared(item_costs=[500], compat_key=None, payload=["long"]), request_id="long")
+    shorts = [worker.submit(Prepared([10], None, [f"s{i}"]), request_id=f"s{i}") for i in range(12)]
+    assert [await t.future for t in shorts] == [[f"out:s{i}"] for i in range(12)]
+    assert not long.future.done()  # its sub-forward still runs
+    release_long.set()
+    assert await long.future == ["out:long"]
+    assert sorted(map(len, forward.batches)) == [1, 12]
+    await worker.close(1.0)

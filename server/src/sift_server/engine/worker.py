@@ -109,7 +109,7 @@ class ModelWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._decision_pending = False
-        self._running: asyncio.Future[list[list[Any]]] | None = None
+        self._running: asyncio.Future[list[list[Any]] | None] | None = None
         self._emptied: asyncio.Event | None = None
         self._closing: asyncio.Task[None] | None = None
         self._stopped = False
@@ -210,7 +210,9 @@ class ModelWorker:
 
     def _on_ticket_done(self, key: str, fut: asyncio.Future[list[Any]]) -> None:
         self._tickets.pop(key, None)
-        # Answered, failed or cancelled: none of its remaining items may run.
+        if not fut.cancelled() and fut.exception() is None:
+            return  # answered: the scheduler hears of it when its forward completes
+        # Failed or cancelled: none of its remaining items may run.
         if self.scheduler.abort(key):
             self._wake()
 
@@ -287,15 +289,10 @@ class ModelWorker:
             os.sched_yield()
 
     def _forward_done(
-        self, fut: asyncio.Future[list[list[Any]]], batch: Batch, tickets: list[Ticket], record: ForwardRecord
+        self, fut: asyncio.Future[list[list[Any]] | None], batch: Batch, tickets: list[Ticket], record: ForwardRecord
     ) -> None:
         self._running = None
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        outputs: list[list[Any]] = [] if exc is not None else fut.result()
-        if exc is None and len(outputs) != len(batch.slices):
-            exc = InferenceError(
-                f"Model '{self.model}' returned {len(outputs)} results for {len(batch.slices)} requests."
-            )
         if exc is not None:
             log.error("forward %s of model %s failed: %r", record.forward_id, self.model, exc)
             record.error = f"{type(exc).__name__}: {exc}"
@@ -303,11 +300,14 @@ class ModelWorker:
             record.start = record.end = self._clock()
         self.scheduler.complete(batch, record.start, record.end, ok=exc is None)
         if exc is not None:
+            # Requests answered by an earlier sub-forward keep their answers.
             failure = InferenceError(f"Internal error while running model '{self.model}'.")
             for ticket in tickets:
                 self._fail(ticket, failure)
         else:
-            self._fan_out(batch, tickets, outputs, record)
+            outputs = fut.result()
+            if outputs is not None:  # None: delivered sub-forward by sub-forward
+                self._fan_out(batch, tickets, outputs, record)
         self._trace.write(record)
         for observer in self._observers:
             observer(record)
@@ -319,26 +319,56 @@ class ModelWorker:
         if self._emptied is not None and self.scheduler.idle:
             self._emptied.set()
 
-    def _timed_forward(self, batch: Batch, tickets: Sequence[Ticket], record: ForwardRecord) -> list[list[Any]]:
-        """Runs in the forward thread: the batch's sub-forwards, one after another,
-        reassembled into one output list per slice."""
+    def _timed_forward(self, batch: Batch, tickets: Sequence[Ticket], record: ForwardRecord) -> list[list[Any]] | None:
+        """Runs in the forward thread. One sub-forward: returns one output list
+        per slice. Several (similar lengths together, shortest first): hands
+        each one's outputs to the loop as soon as it ends, so the short texts
+        of a batch are answered without waiting for its long one; returns None."""
         record.start = self._clock()
         try:
             if len(batch.chunks) <= 1:
-                return self._forward(
-                    [Part(t.prepared, s.start, s.stop) for s, t in zip(batch.slices, tickets, strict=True)]
-                )
-            outputs: list[list[Any]] = [[None] * (s.stop - s.start) for s in batch.slices]
+                parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(batch.slices, tickets, strict=True)]
+                return self._checked_forward(parts)
+            assert self._loop is not None
+            counted: set[int] = set()
             for chunk in batch.chunks:
-                parts = [Part(tickets[k].prepared, i, i + 1) for k, i in chunk]
-                results = self._forward(parts)
-                if len(results) != len(parts):
-                    return results  # the shape check in _forward_done reports it
-                for (k, i), result in zip(chunk, results, strict=True):
-                    outputs[k][i - batch.slices[k].start] = result[0]
-            return outputs
+                results = self._checked_forward([Part(tickets[k].prepared, i, i + 1) for k, i in chunk])
+                self._loop.call_soon_threadsafe(self._deliver, chunk, results, tickets, record, counted)
+            return None
         finally:
             record.end = self._clock()
+
+    def _checked_forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        outputs = self._forward(parts)
+        if len(outputs) != len(parts):
+            raise InferenceError(f"Model '{self.model}' returned {len(outputs)} results for {len(parts)} parts.")
+        return outputs
+
+    def _deliver(
+        self,
+        chunk: Sequence[tuple[int, int]],
+        results: list[list[Any]],
+        tickets: Sequence[Ticket],
+        record: ForwardRecord,
+        counted: set[int],
+    ) -> None:
+        """Outputs of one sub-forward, one item per part; a request whose items
+        are all done is answered now."""
+        now = self._clock()
+        for (k, i), result in zip(chunk, results, strict=True):
+            ticket = tickets[k]
+            if ticket.future.done():
+                continue  # its client went away: drop the result
+            if k not in counted:
+                counted.add(k)
+                if ticket.timing.forwards == 0:
+                    ticket.timing.queue_s = record.start - ticket.admitted
+                ticket.timing.forwards += 1
+            ticket.outputs[i] = result[0]
+            ticket.done_items += 1
+            if ticket.done_items == len(ticket.outputs):
+                ticket.timing.inference_s += now - record.start
+                ticket.future.set_result(ticket.outputs)
 
     def _fan_out(
         self, batch: Batch, tickets: Sequence[Ticket], outputs: list[list[Any]], record: ForwardRecord
