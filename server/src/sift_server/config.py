@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     memory_budget_mb: int = 8_192
 
     max_body_bytes: int = 35_651_584
+    # A request body not received in full within this many seconds gets a 408
+    # and its connection is closed (slow or stalled clients hold no slot forever).
+    body_timeout_s: float = Field(default=60.0, gt=0)
     max_item_bytes: int = 2 * 1024 * 1024
     shutdown_grace_s: float = 30.0
     # Idle keep-alive connections are closed after this (clients that pool

@@ -52,7 +52,7 @@ async def _serve(request: Request, model: str, endpoint: str, schema: type[Any],
     started = time.perf_counter()
     state: ServerState = request.app.state.sift
     try:
-        body = await read_body(request, state.settings.max_body_bytes)
+        body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
         fmt = request_format(request.headers.get("content-type"))
         ctx = _context(request, started)
         outcome = await service(state.registry, model, decode_body(body, fmt, schema), state.limits, ctx)

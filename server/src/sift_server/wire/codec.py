@@ -34,6 +34,10 @@ def decode_body(data: bytes, fmt: Format, schema: type[T]) -> T:
     except msgspec.DecodeError as exc:
         kind = "MessagePack" if fmt == "msgpack" else "JSON"
         raise InvalidInput(f"Request body is not valid {kind}: {exc}") from exc
+    except RecursionError as exc:
+        # msgspec guards its recursion with the interpreter's limit: a body nested
+        # thousands of levels deep is refused here, before anything else sees it.
+        raise InvalidInput("Request body is nested too deeply.") from exc
 
 
 def _json_default(obj: Any) -> Any:
