@@ -3,82 +3,25 @@ contract's status and envelope, never a 500 (issue 10, first section)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
-import httpx
 import msgpack
 import pytest
 
-from sift_server.api.app import build_state, create_app
 from sift_server.api.errors import openai_error
-from sift_server.api.state import ServerState
-from sift_server.config import Settings
 from sift_server.errors import InputTooLong, ModelLoadFailed, ModelLoading
-from sift_server.registry.catalog import Catalog
-from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from tests.api.inprocess import (
+    ENCODE,
+    JSON_HEADERS,
+    NATIVE_ROUTES,
+    Client,
+    MakeClient,
+    assert_native,
+    assert_openai,
+)
+from tests.fixtures.tiny_embedder import TINY_EMBEDDER
 
-ENCODE = f"/v1/encode/{TINY_EMBEDDER}"
-NATIVE_ROUTES = (ENCODE, f"/v1/score/{TINY_EMBEDDER}", f"/v1/extract/{TINY_EMBEDDER}")
-JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 DEPTH = 100_000
-
-Client = tuple[httpx.AsyncClient, ServerState]
-
-
-@pytest.fixture(scope="module")
-def tiny_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tiny-bad-input")
-    catalog = root / "catalog"
-    write_catalog_entry(catalog, build_tiny_embedder(root / "model"))
-    return catalog
-
-
-MakeClient = Callable[..., Awaitable[Client]]
-
-
-@pytest.fixture
-async def make_client(tiny_catalog_dir: Path) -> AsyncIterator[MakeClient]:
-    """Builds an in-process app with setting overrides; closes them all at the end."""
-    stack: list[Any] = []
-
-    async def make(**overrides: Any) -> Client:
-        settings = Settings(default_model=TINY_EMBEDDER, catalog=[tiny_catalog_dir], torch_threads=1, **overrides)
-        state = build_state(settings, catalog=Catalog.from_dirs([tiny_catalog_dir], include_shipped=False))
-        app = create_app(state)
-        lifespan = app.router.lifespan_context(app)
-        await lifespan.__aenter__()
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sift")
-        stack.append((client, lifespan))
-        return client, state
-
-    yield make
-    for client, lifespan in reversed(stack):
-        await client.aclose()
-        await lifespan.__aexit__(None, None, None)
-
-
-@pytest.fixture
-async def app_client(make_client: MakeClient) -> Client:
-    return await make_client()
-
-
-def assert_native(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    assert response.json()["detail"]["code"] == code
-    assert response.headers["X-SIE-Error-Code"] == code
-
-
-def assert_openai(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert isinstance(error, dict), error
-    assert set(error) >= {"message", "type", "param", "code"}
-    assert error["code"] == code
-    assert error["type"] == ("invalid_request_error" if status < 500 else "server_error")
-
 
 # ---- deep nesting --------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError
 from sift_server.service.encode import encode
 from sift_server.service.run import RequestContext
-from sift_server.wire.codec import decode_body
+from sift_server.wire.codec import decode_body_async
 from sift_server.wire.schemas import EncodeBody, Item
 
 router = APIRouter()
@@ -73,13 +73,13 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
-def _parse(raw: bytes, content_type: str | None) -> EmbeddingsBody:
+async def _parse(raw: bytes, content_type: str | None) -> EmbeddingsBody:
     if not _is_json(content_type):
         raise InvalidInput("This route accepts JSON only: send 'Content-Type: application/json'.")
     if not raw.strip():
         raise InvalidInput("The request body is empty; send a JSON object with 'model' and 'input'.")
     try:
-        return decode_body(raw, "json", EmbeddingsBody)
+        return await decode_body_async(raw, "json", EmbeddingsBody)
     except InvalidInput as exc:
         raise InvalidInput(exc.message, param=_param_of(exc.message)) from exc
 
@@ -121,7 +121,7 @@ async def embeddings(request: Request) -> Response:
     model = ""
     try:
         raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
-        body = _parse(raw, request.headers.get("content-type"))
+        body = await _parse(raw, request.headers.get("content-type"))
         model = body.model
         texts = _texts(body.input)
         record = state.registry.record(body.model)
