@@ -144,3 +144,72 @@ async def test_requests_queued_on_an_evicted_model_are_told_to_retry() -> None:
     with pytest.raises(ModelLoading):
         reg.ready_worker("a")  # reloads on demand
     await reg.close(0)
+
+
+class CyclicAdapter(FakeAdapter):
+    """Holds a reference cycle, as real models do (modules, hooks, configs):
+    only the cycle collector can free it."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.cycle = [self]
+
+
+async def test_an_evicted_model_is_freed_even_though_loads_freeze_the_heap() -> None:
+    import gc
+    import weakref
+
+    refs: dict[str, weakref.ref[Adapter]] = {}
+
+    def loader(spec: ModelSpec) -> Adapter:
+        adapter = CyclicAdapter(10 * MB)
+        refs[spec.name] = weakref.ref(adapter)
+        return adapter
+
+    reg = registry(loader)
+    try:
+        await reg.load_now("a")
+        await reg.load_now("b")  # a second load freezes a's objects again
+        await reg.evict("a")
+        assert refs["a"]() is None, "the evicted adapter is still alive"
+        assert refs["b"]() is not None
+    finally:
+        await reg.close(0)
+        gc.unfreeze()
+
+
+async def test_a_model_with_queued_work_is_not_evicted_for_one_that_is_loading() -> None:
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100)
+    await reg.load_now("b")  # b's size is known from now on
+    await reg.load_now("a")  # b was idle: evicted
+    _, worker = reg.ready_worker("a")
+    worker.busy = True  # a forward in flight
+    ticket = worker.submit(Prepared([1], None, None), request_id="r")
+    with pytest.raises(ModelLoading, match="memory"):
+        reg.ready_worker("b")
+    assert reg.record("b").state == "available"  # no load started
+    assert reg.record("a").state == "loaded" and reg.evictions == 1  # only b's, when a loaded
+    assert not ticket.future.done()
+    # Once a is idle, b loads and a is evicted.
+    ticket.future.cancel()
+    await asyncio.sleep(0)  # the cancelled ticket leaves the queue in its done callback
+    worker.busy = False
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("b")
+    await reg.record("b").load_task  # type: ignore[misc]
+    assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
+    await reg.close(0)
+
+
+async def test_a_load_that_finds_the_budget_held_by_busy_models_gives_up_without_evicting() -> None:
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100)
+    await reg.load_now("b")
+    await reg.load_now("a")
+    _, worker = reg.ready_worker("a")
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("b")  # a is idle now: b's load starts
+    worker.busy = True  # ...and a turns busy before the load makes room
+    await reg.record("b").load_task  # type: ignore[misc]
+    assert reg.record("a").state == "loaded" and reg.record("b").state == "available"
+    worker.busy = False
+    await reg.close(0)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sift_server.engine.policy import AdaptivePolicy, TimedPolicy
 from sift_server.engine.worker import WorkerConfig
+from sift_server.errors import MAX_RETRY_AFTER_S
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _ADAPTIVE, _TIMED, _WORKER = AdaptivePolicy(), TimedPolicy(), WorkerConfig()
@@ -61,7 +62,18 @@ class Settings(BaseSettings):
     max_item_bytes: int = 2 * 1024 * 1024
     shutdown_grace_s: float = 30.0
     # Idle keep-alive connections are closed after this (clients that pool
-    # connections longer should keep theirs below it).
-    keep_alive_s: int = 5
+    # connections longer should keep theirs below it). Always longer than any
+    # Retry-After the server sends, so a client that waits exactly Retry-After
+    # never reuses a connection the server is closing at that moment.
+    keep_alive_s: int = 2 * MAX_RETRY_AFTER_S
     trace_file: Path | None = None
     log_level: str = "info"
+
+    @field_validator("keep_alive_s")
+    @classmethod
+    def _keep_alive_outlasts_retry_after(cls, value: int) -> int:
+        if value <= MAX_RETRY_AFTER_S:
+            raise ValueError(
+                f"keep_alive_s must be more than {MAX_RETRY_AFTER_S} s, the longest Retry-After the server sends"
+            )
+        return value

@@ -54,6 +54,8 @@ class ModelRecord:
     adapter: Adapter | None = None
     worker: ModelWorker | None = None
     memory_bytes: int = 0
+    # Measured size of the last load (kept across evictions, to plan a reload).
+    known_bytes: int = 0
     last_used: float = 0.0
     load_seconds: float | None = None
     last_error: LoadError | None = None
@@ -121,6 +123,15 @@ class Registry:
                 attempts=err.attempts,
                 permanent=err.permanent,
             )
+        if record.load_task is None or record.load_task.done():
+            busy = self._room_blockers(self._expected_bytes(record), keep=name)
+            if busy:
+                # Never evict a model that is serving for one that is loading: the
+                # client comes back after Retry-After, when the others may be idle.
+                raise ModelLoading(
+                    f"Model '{name}' is waiting for memory: the budget is held by busy model(s) "
+                    f"{', '.join(busy)}; retry shortly."
+                )
         self.start_loading(name)
         raise ModelLoading(f"Model '{name}' is loading; retry shortly.")
 
@@ -145,7 +156,14 @@ class Registry:
     async def _load(self, record: ModelRecord) -> None:
         spec = record.spec
         started = time.perf_counter()
-        await self._make_room(estimate_bytes(spec), keep=spec.name)
+        expected = self._expected_bytes(record)
+        busy = self._room_blockers(expected, keep=spec.name)
+        if busy:
+            # They turned busy since the request that started this load.
+            record.state = "available"
+            log.info("model %s not loaded: the memory budget is held by busy model(s) %s", spec.name, busy)
+            return
+        await self._make_room(expected, keep=spec.name)
         try:
             adapter = await asyncio.to_thread(self._loader, spec)
         except Exception as exc:
@@ -158,7 +176,7 @@ class Registry:
             log.error("loading model %s failed: %s", spec.name, exc)
             return
         record.adapter = adapter
-        record.memory_bytes = adapter.memory_bytes()
+        record.memory_bytes = record.known_bytes = adapter.memory_bytes()
         if self.calibrate:
             record.curve = await asyncio.to_thread(calibration.measure, adapter)
         record.worker = self._worker_factory(spec, adapter, record.curve)
@@ -186,11 +204,42 @@ class Registry:
     def loaded_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
 
+    @staticmethod
+    def is_busy(record: ModelRecord) -> bool:
+        """Serving: a forward running, requests queued, or requests being read."""
+        worker = record.worker
+        return worker is not None and (worker.busy or worker.queued_requests > 0 or worker.ingress.pending > 0)
+
+    def _expected_bytes(self, record: ModelRecord) -> int:
+        return max(estimate_bytes(record.spec), record.known_bytes)
+
+    def _evictable(self, keep: str) -> list[ModelRecord]:
+        return [
+            r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep and not self.is_busy(r)
+        ]
+
+    def _room_blockers(self, incoming: int, *, keep: str) -> list[str]:
+        """Busy models that keep ``incoming`` bytes from fitting even after every
+        idle model is evicted (empty when it fits)."""
+        needed = self.loaded_bytes() + incoming - self.memory_budget_bytes
+        if needed <= 0 or sum(r.memory_bytes for r in self._evictable(keep)) >= needed:
+            return []
+        return sorted(
+            r.spec.name for r in self.records.values() if r.state == "loaded" and r.spec.name != keep
+            and self.is_busy(r)
+        )
+
     async def _make_room(self, incoming: int, *, keep: str) -> None:
-        """Evict least recently used models until ``incoming`` fits the budget."""
+        """Evict idle models, least recently used first, until ``incoming`` fits
+        the budget. Busy models are never evicted: a model whose size was unknown
+        before its first load may leave the budget exceeded until they are idle."""
         while self.loaded_bytes() + incoming > self.memory_budget_bytes:
-            victims = [r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep]
+            victims = self._evictable(keep)
             if not victims:
+                log.warning(
+                    "memory budget exceeded (%.0f MiB loaded + %.0f MiB incoming > %.0f MiB): the others are busy",
+                    self.loaded_bytes() / 2**20, incoming / 2**20, self.memory_budget_bytes / 2**20,
+                )
                 return
             await self.evict(min(victims, key=lambda r: r.last_used).spec.name)
 
@@ -204,7 +253,12 @@ class Registry:
             await worker.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))
         if adapter is not None:
             adapter.close()
+        del worker, adapter
+        # Loads freeze the heap (gc.freeze), which hides the evicted model's
+        # reference cycles from the collector for good: thaw, collect, refreeze.
+        gc.unfreeze()
         gc.collect()
+        gc.freeze()
         log.info("evicted model %s", name)
 
     async def close(self, grace_s: float) -> None:

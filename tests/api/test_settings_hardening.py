@@ -1,0 +1,27 @@
+"""Settings that keep the server's own timers from racing its clients (issue 10)."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from sift_server.config import Settings
+from sift_server.errors import MAX_RETRY_AFTER_S, ModelLoading, QueueFull, ShuttingDown
+
+
+def test_idle_keep_alive_outlasts_every_retry_after() -> None:
+    # A client that waits exactly Retry-After must find its pooled connection open.
+    assert max(ModelLoading.retry_after or 0, QueueFull.retry_after or 0,
+                                    ShuttingDown.retry_after or 0) <= MAX_RETRY_AFTER_S
+    assert Settings().keep_alive_s > MAX_RETRY_AFTER_S
+
+
+def test_a_keep_alive_not_above_retry_after_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="keep_alive_s"):
+        Settings(keep_alive_s=MAX_RETRY_AFTER_S)
+    assert Settings(keep_alive_s=MAX_RETRY_AFTER_S + 1).keep_alive_s == MAX_RETRY_AFTER_S + 1
+
+
+def test_body_timeout_must_be_positive() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        Settings(body_timeout_s=0)
