@@ -25,3 +25,14 @@ def test_a_keep_alive_not_above_retry_after_is_refused() -> None:
 def test_body_timeout_must_be_positive() -> None:
     with pytest.raises(pydantic.ValidationError):
         Settings(body_timeout_s=0)
+
+
+def test_malloc_arenas_can_be_capped_on_glibc() -> None:
+    import platform
+
+    from sift_server.server import limit_malloc_arenas
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    assert limit_malloc_arenas(0) is False  # 0 leaves glibc's default
+    assert limit_malloc_arenas(8) is True  # glibc's own default on 64-bit: harmless to set in a test
