@@ -213,3 +213,24 @@ async def test_a_load_that_finds_the_budget_held_by_busy_models_gives_up_without
     assert reg.record("a").state == "loaded" and reg.record("b").state == "available"
     worker.busy = False
     await reg.close(0)
+
+
+async def test_a_huge_unknown_model_name_is_answered_without_fuzzy_matching_it() -> None:
+    import difflib
+
+    reg = registry(lambda spec: FakeAdapter(1))
+    calls: list[str] = []
+    original = difflib.get_close_matches
+
+    def spy(word: str, *args: Any, **kwargs: Any) -> list[str]:
+        calls.append(word)
+        return original(word, *args, **kwargs)
+
+    difflib.get_close_matches = spy  # type: ignore[assignment]
+    try:
+        with pytest.raises(ModelNotFound) as info:
+            reg.record("m" * 8_000_000)
+    finally:
+        difflib.get_close_matches = original
+    assert calls == []  # comparing megabytes with difflib stalls the event loop for seconds
+    assert len(info.value.message) < 1000  # and the name is not echoed whole

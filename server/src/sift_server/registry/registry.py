@@ -26,6 +26,9 @@ from sift_server.registry.loader import estimate_bytes, load_adapter
 
 log = logging.getLogger(__name__)
 
+# Longer names are no model's: they get a short 404 without a suggestion.
+_MAX_NAME_CHARS = 256
+
 State = Literal["available", "loading", "loaded", "failed"]
 WorkerFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelWorker]
 AdapterLoader = Callable[[ModelSpec], Adapter]
@@ -102,6 +105,10 @@ class Registry:
     def record(self, name: str) -> ModelRecord:
         record = self.records.get(name)
         if record is None:
+            if len(name) > _MAX_NAME_CHARS:
+                # No model has such a name: neither fuzzy-match it (difflib is
+                # quadratic, seconds for megabytes) nor echo it whole.
+                raise ModelNotFound(f"Model '{name[:_MAX_NAME_CHARS]}...' ({len(name)} characters) not found.")
             # Compared case-insensitively: a wrong case is the commonest slip.
             by_lower = {known.lower(): known for known in self.records}
             hint = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
