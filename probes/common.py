@@ -12,13 +12,14 @@ from sift_server.bench.server_proc import ServerProcess, ServerSpec, default_cpu
 from sift_server.config import DEFAULT_MODEL
 
 MINILM = DEFAULT_MODEL
-_REPO = Path(__file__).resolve().parent.parent
 
 
 def start_server(
     *extra_args: str, model: str = MINILM, catalogs: Sequence[Path] = (), workdir: Path | None = None
 ) -> ServerProcess:
-    """A server pinned to the first CPU (the probe runs on the second when there are two)."""
+    """A server pinned to the first CPU (the probe runs on the second when there are two).
+    Not started yet: use it as ``with start_server(...) as server`` (stopped on exit),
+    or call ``.start()`` and ``.stop()`` yourself."""
     folder = workdir or Path(tempfile.mkdtemp(prefix="sift-probe-"))
     server_cpus, client_cpus = default_cpus(None, None)
     if client_cpus is not None:
@@ -32,7 +33,7 @@ def start_server(
         cpus=server_cpus,
         extra_args=["--no-calibrate", *extra_args],
     )
-    return ServerProcess(spec).start()
+    return ServerProcess(spec)
 
 
 def rss_mb(pid: int) -> float:
@@ -73,4 +74,3 @@ class Stopwatch:
 
 
 __all__ = ["MINILM", "ServerProcess", "Stopwatch", "rss_mb", "second_catalog_entry", "start_server"]
-_ = _REPO

@@ -23,7 +23,7 @@ def main() -> int:
     parser.add_argument("--grace-s", type=float, default=1.0)
     parser.add_argument("--items", type=int, default=256, help="items of ~250 tokens in the long request")
     args = parser.parse_args()
-    server = start_server("--shutdown-grace-s", str(args.grace_s), "--torch-threads", "1")
+    server = start_server("--shutdown-grace-s", str(args.grace_s), "--torch-threads", "1").start()
     outcome: dict[str, object] = {}
     try:
         with httpx.Client(base_url=server.url, timeout=120) as client:
