@@ -26,6 +26,10 @@ from sift_server.registry.loader import estimate_bytes, load_adapter
 
 log = logging.getLogger(__name__)
 
+# A model used (or loaded) this recently counts as serving and is not evicted
+# for another: its clients may be waiting out a Retry-After before they return.
+RECENT_USE_S = 2.0 * (ModelLoading.retry_after or 5)
+
 # Longer names are no model's: they get a short 404 without a suggestion.
 _MAX_NAME_CHARS = 256
 
@@ -90,8 +94,10 @@ class Registry:
         loader: AdapterLoader = load_adapter,
         clock: Callable[[], float] = time.monotonic,
         calibrate: bool = False,
+        recent_use_s: float = RECENT_USE_S,
     ) -> None:
         self.calibrate = calibrate
+        self.recent_use_s = recent_use_s
         self.catalog = catalog
         self._worker_factory = worker_factory
         self._loader = loader
@@ -211,14 +217,24 @@ class Registry:
     def loaded_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
 
-    @staticmethod
-    def is_busy(record: ModelRecord) -> bool:
-        """Serving: a forward running, requests queued, or requests being read."""
+    def is_busy(self, record: ModelRecord) -> bool:
+        """Serving: a forward running, requests queued or being read, or a use
+        within ``recent_use_s`` (its clients may be between retries)."""
         worker = record.worker
-        return worker is not None and (worker.busy or worker.queued_requests > 0 or worker.ingress.pending > 0)
+        if worker is None:
+            return False
+        if worker.busy or worker.queued_requests > 0 or worker.ingress.pending > 0:
+            return True
+        return self._clock() - record.last_used < self.recent_use_s
 
     def _expected_bytes(self, record: ModelRecord) -> int:
         return max(estimate_bytes(record.spec), record.known_bytes)
+
+    def _loading_bytes(self, keep: str) -> int:
+        """What the other loads in progress will take."""
+        return sum(
+            self._expected_bytes(r) for r in self.records.values() if r.state == "loading" and r.spec.name != keep
+        )
 
     def _evictable(self, keep: str) -> list[ModelRecord]:
         return [
@@ -228,12 +244,13 @@ class Registry:
     def _room_blockers(self, incoming: int, *, keep: str) -> list[str]:
         """Busy models that keep ``incoming`` bytes from fitting even after every
         idle model is evicted (empty when it fits)."""
-        needed = self.loaded_bytes() + incoming - self.memory_budget_bytes
+        needed = self.loaded_bytes() + self._loading_bytes(keep) + incoming - self.memory_budget_bytes
         if needed <= 0 or sum(r.memory_bytes for r in self._evictable(keep)) >= needed:
             return []
         return sorted(
-            r.spec.name for r in self.records.values() if r.state == "loaded" and r.spec.name != keep
-            and self.is_busy(r)
+            r.spec.name
+            for r in self.records.values()
+            if r.spec.name != keep and (r.state == "loading" or (r.state == "loaded" and self.is_busy(r)))
         )
 
     async def _make_room(self, incoming: int, *, keep: str) -> None:
