@@ -36,3 +36,25 @@ def test_malloc_arenas_can_be_capped_on_glibc() -> None:
         pytest.skip("glibc only")
     assert limit_malloc_arenas(0) is False  # 0 leaves glibc's default
     assert limit_malloc_arenas(8) is True  # glibc's own default on 64-bit: harmless to set in a test
+
+
+def test_periodic_collection_frees_cyclic_request_garbage() -> None:
+    import gc
+    import weakref
+
+    from sift_server.server import collect_request_garbage
+
+    class Node:
+        pass
+
+    gc.collect()
+    gc.freeze()  # as after a model load: everything alive so far is out of sight
+    try:
+        node = Node()
+        node.self = node  # type: ignore[attr-defined]
+        ref = weakref.ref(node)
+        del node
+        collect_request_garbage()
+        assert ref() is None
+    finally:
+        gc.unfreeze()
