@@ -89,6 +89,21 @@ async def test_openai_bad_bodies_get_the_openai_envelope(
     assert_openai(await client.post("/v1/embeddings", content=body, headers=headers), 400, "invalid_request")
 
 
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b'{"input": "a"}', "model"),
+        (f'{{"model": "{TINY_EMBEDDER}", "input": "a", "dimensions": 1.5}}'.encode(), "dimensions"),
+        (f'{{"model": "{TINY_EMBEDDER}", "input": "a", "encoding_format": "hex"}}'.encode(), "encoding_format"),
+    ],
+)
+async def test_openai_schema_errors_name_the_field(app_client: Client, body: bytes, param: str) -> None:
+    client, _ = app_client
+    response = await client.post("/v1/embeddings", content=body, headers=JSON_HEADERS)
+    assert_openai(response, 400, "invalid_request")
+    assert response.json()["error"]["param"] == param
+
+
 async def test_openai_json_without_content_type_still_works(app_client: Client) -> None:
     client, _ = app_client
     body = f'{{"model": "{TINY_EMBEDDER}", "input": ["a", "b"], "user": "u"}}'.encode()

@@ -85,7 +85,11 @@ async def _parse(raw: bytes, content_type: str | None) -> EmbeddingsBody:
 
 
 def _param_of(message: str) -> str | None:
-    """The field a msgspec message names (``... - at `$.dimensions```)."""
+    """The field a msgspec message names (``... - at `$.dimensions``` or
+    ``Object missing required field `model```)."""
+    missing = "missing required field `"
+    if missing in message:
+        return message.split(missing, 1)[1].split("`", 1)[0] or None
     marker = "at `$."
     if marker not in message:
         return None
