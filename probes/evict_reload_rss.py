@@ -9,6 +9,7 @@ reloads its own. Reports RSS after each cycle; passes when the last is within
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -44,7 +45,9 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sift-probe-evict-"))
     catalog = second_catalog_entry(work / "catalog", OTHER)
-    # MiniLM is about 87 MiB: the budget holds one of the two, never both.
+    # MiniLM is about 87 MiB: the budget holds one of the two, never both. Eviction
+    # protection of recently used models is off, so every request swaps models.
+    os.environ["SIFT_EVICT_IDLE_S"] = "0"
     with start_server("--memory-budget-mb", "130", catalogs=[catalog], workdir=work) as server, httpx.Client(
         base_url=server.url, timeout=60
     ) as client:

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sift_server.engine.policy import AdaptivePolicy, TimedPolicy
 from sift_server.engine.worker import WorkerConfig
 from sift_server.errors import MAX_RETRY_AFTER_S
+from sift_server.registry.registry import RECENT_USE_S
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _ADAPTIVE, _TIMED, _WORKER = AdaptivePolicy(), TimedPolicy(), WorkerConfig()
@@ -54,6 +55,9 @@ class Settings(BaseSettings):
     # One intra-op thread per core is a sensible default for small machines.
     torch_threads: int = 0
     memory_budget_mb: int = 8_192
+    # A model used this recently is not evicted for another one (its clients may
+    # be waiting out a Retry-After); 0 makes eviction plain least-recently-used.
+    evict_idle_s: float = Field(default=RECENT_USE_S, ge=0)
 
     max_body_bytes: int = 35_651_584
     # A request body not received in full within this many seconds gets a 408

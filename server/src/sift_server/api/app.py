@@ -74,6 +74,7 @@ def build_state(
         memory_budget_bytes=settings.memory_budget_mb * 2**20,
         loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
         calibrate=settings.calibrate,
+        recent_use_s=settings.evict_idle_s,
     )
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_queue_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
