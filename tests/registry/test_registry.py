@@ -295,3 +295,14 @@ async def test_a_load_in_progress_holds_its_share_of_the_budget() -> None:
     gate.set()
     await reg.record("b").load_task  # type: ignore[misc]
     await reg.close(0)
+
+
+async def test_preloading_models_that_do_not_fit_together_fails_clearly() -> None:
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, recent_use_s=10.0)
+    await reg.load_now("b")
+    await reg.evict("b")  # b's size is known from now on
+    await reg.load_now("a")
+    with pytest.raises(ModelLoadFailed, match="memory budget"):
+        await reg.load_now("b")  # a was just loaded: protected
+    assert reg.record("a").state == "loaded"
+    await reg.close(0)

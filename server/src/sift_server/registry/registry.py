@@ -162,7 +162,9 @@ class Registry:
         if record.state != "loaded":
             await self.start_loading(name)
         if record.state != "loaded":
-            assert record.last_error is not None
+            if record.last_error is None:
+                # Not attempted: the budget is held by models that may not be evicted.
+                raise ModelLoadFailed(f"Model '{name}' does not fit the memory budget next to the busy models.")
             raise ModelLoadFailed(f"Model '{name}' failed to load: {record.last_error.message}")
         return record
 
