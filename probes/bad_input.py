@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,7 +159,9 @@ def run_schemathesis(url: str, examples: int) -> tuple[int, str]:
         return -1, "schemathesis not installed (pip install schemathesis to include it)"
     command = [cli, "run", f"{url}/openapi.json", "--checks", "not_a_server_error", "--max-examples", str(examples),
                "--url", url]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    # In a scratch folder: schemathesis keeps a cache (.schemathesis/) in its working directory.
+    with tempfile.TemporaryDirectory(prefix="sift-schemathesis-") as scratch:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=scratch)
     return done.returncode, (done.stdout + done.stderr)[-3000:]
 
 
