@@ -14,11 +14,15 @@ from sift_server.errors import InvalidInput
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
+    cap_text,
+    cap_texts,
+    char_cap,
     check_profile,
     item_texts,
     lane_of,
     overflow_policy,
     ready_for,
+    shared_bytes,
     string_option,
 )
 from sift_server.service.quantize import OUTPUT_DTYPES, quantize
@@ -62,21 +66,23 @@ async def encode(
     registry: Registry, model: str, body: EncodeBody, limits: Limits, ctx: RequestContext
 ) -> EncodeOutcome:
     _, path_profile, record, worker = ready_for(registry, model, "encode")
-    texts = item_texts(body.items, limits)
     params = body.params
     options = dict(params.options or {}) if params else {}
+    instruction = (params.instruction if params else None) or string_option(options, "instruction")
+    texts = item_texts(body.items, limits, shared_bytes=shared_bytes(instruction))
     check_profile(options, path_profile)
     # Read what the response needs now: the model may be evicted while the request waits.
     adapter = record.adapter
     assert adapter is not None
     output_types = _output_types(params.output_types if params else None, options, adapter.info.outputs)
     dtype = _output_dtype(params.output_dtype if params else None, options)
-    instruction = (params.instruction if params else None) or string_option(options, "instruction")
+    overflow = overflow_policy(options)
+    cap = char_cap(record)
     task = EncodeTask(
-        texts=texts,
+        texts=cap_texts(texts, cap, overflow),
         is_query=bool(options.get("is_query", False)),
-        instruction=instruction,
-        overflow=overflow_policy(options),
+        instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
+        overflow=overflow,
         options=options,
     )
     timing = Timing(started=ctx.started)

@@ -10,12 +10,16 @@ from sift_server.errors import InvalidInput
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
+    cap_text,
+    cap_texts,
+    char_cap,
     check_profile,
     item_texts,
     lane_of,
     overflow_policy,
     ready_for,
     result_id,
+    shared_bytes,
     string_option,
 )
 from sift_server.service.run import Outcome, RequestContext, run_task
@@ -54,22 +58,25 @@ def _shape(result: dict[str, Any], item_id: str) -> dict[str, Any]:
 
 async def extract(registry: Registry, model: str, body: ExtractBody, limits: Limits, ctx: RequestContext) -> Outcome:
     name, path_profile, record, worker = ready_for(registry, model, "extract")
-    texts = item_texts(body.items, limits)
     params = body.params
     options = dict(params.options or {}) if params else {}
-    check_profile(options, path_profile)
     labels = list(params.labels or []) if params else []
     if len(labels) > MAX_LABELS:
         raise InvalidInput(f"Extract accepts at most {MAX_LABELS} labels; got {len(labels)}.")
+    instruction = (params.instruction if params else None) or string_option(options, "instruction")
+    texts = item_texts(body.items, limits, shared_bytes=shared_bytes(instruction, *labels))
+    check_profile(options, path_profile)
+    overflow = overflow_policy(options)
+    cap = char_cap(record)
     if params is not None and params.output_schema is not None:
         raise InvalidInput(f"Model '{name}' does not support output_schema; send labels instead.")
     task = ExtractTask(
-        texts=texts,
+        texts=cap_texts(texts, cap, overflow),
         labels=labels,
         threshold=_threshold(options),
         multi_label=_multi_label(options),
-        instruction=(params.instruction if params else None) or string_option(options, "instruction"),
-        overflow=overflow_policy(options),
+        instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
+        overflow=overflow,
         options=options,
     )
     timing = Timing(started=ctx.started)
