@@ -1,4 +1,4 @@
-"""The ``sift`` command: serve, models, bench, simulate."""
+"""The ``sift`` command: serve, models, bench, simulate, overhead, primitives."""
 
 from __future__ import annotations
 
