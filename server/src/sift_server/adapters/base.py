@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 Task = Literal["encode", "score", "extract"]
 OverflowPolicy = Literal["truncate", "error"]
+ClassificationType = Literal["single-label", "multi-label"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,19 @@ class ScoreTask:
 
 
 @dataclass(frozen=True, slots=True)
+class FewShotExample:
+    """One few-shot example of a classifier request: a text and its labels."""
+
+    text: str
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ExtractTask:
+    """An extract request with its options already validated and typed (the
+    service layer does that once); ``None`` means "not set by the request", so
+    the adapter applies its catalog default."""
+
     texts: Sequence[str]
     labels: Sequence[str]
     threshold: float | None = None
@@ -39,6 +52,14 @@ class ExtractTask:
     instruction: str | None = None
     overflow: OverflowPolicy = "truncate"
     options: Mapping[str, Any] = field(default_factory=dict)
+    # GLiNER: resolve overlapping spans (True) or keep nested ones.
+    flat_ner: bool | None = None
+    # GLiClass: softmax over the labels or a sigmoid per label.
+    classification_type: ClassificationType | None = None
+    # GLiClass: named label sets scored separately, instead of ``labels``.
+    label_groups: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # GLiClass: few-shot examples rendered into the input as the pipeline does.
+    examples: tuple[FewShotExample, ...] = ()
 
 
 TaskInput = EncodeTask | ScoreTask | ExtractTask

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sift_server.adapters.base import ExtractTask
 from sift_server.errors import InvalidInput
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
@@ -18,28 +17,12 @@ from sift_server.service.common import (
     result_id,
     string_option,
 )
+from sift_server.service.extract_options import extract_task
 from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import ExtractBody
 
-MAX_LABELS = 1000
 _EMPTY_RESULT = ("entities", "relations", "classifications", "objects")
-
-
-def _threshold(options: dict[str, Any]) -> float | None:
-    value = options.get("threshold")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise InvalidInput("Option 'threshold' must be a number between 0 and 1.")
-    return float(value)
-
-
-def _multi_label(options: dict[str, Any]) -> bool | None:
-    value = options.get("multi_label")
-    if value is not None and not isinstance(value, bool):
-        raise InvalidInput("Option 'multi_label' must be true or false.")
-    return value
 
 
 def _shape(result: dict[str, Any], item_id: str) -> dict[str, Any]:
@@ -58,19 +41,14 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     params = body.params
     options = dict(params.options or {}) if params else {}
     check_profile(options, path_profile)
-    labels = list(params.labels or []) if params else []
-    if len(labels) > MAX_LABELS:
-        raise InvalidInput(f"Extract accepts at most {MAX_LABELS} labels; got {len(labels)}.")
     if params is not None and params.output_schema is not None:
         raise InvalidInput(f"Model '{name}' does not support output_schema; send labels instead.")
-    task = ExtractTask(
-        texts=texts,
-        labels=labels,
-        threshold=_threshold(options),
-        multi_label=_multi_label(options),
-        instruction=(params.instruction if params else None) or string_option(options, "instruction"),
-        overflow=overflow_policy(options),
-        options=options,
+    task = extract_task(
+        texts,
+        list(params.labels or []) if params else [],
+        options,
+        (params.instruction if params else None) or string_option(options, "instruction"),
+        overflow_policy(options),
     )
     timing = Timing(started=ctx.started)
     outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
