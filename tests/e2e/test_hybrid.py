@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from sift_sdk import SiftClient
+from tests.fixtures.pylate_reference import build_and_reference
 from tests.fixtures.server_process import ServerProcess, start_server
-from tests.fixtures.tiny_models import build_tiny_sparse_encoder
+from tests.fixtures.tiny_models import build_tiny_backbone, build_tiny_sparse_encoder
 
-SPARSE = "tiny/splade"
+SPARSE, COLBERT = "tiny/splade", "tiny/colbert"
 MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 TEXTS = ["What is the capital of France?", "Paris is the capital and largest city of France."]
 
@@ -34,16 +35,28 @@ def _entry(name: str, adapter: str, folder: Path, tasks: str, options: dict[str,
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny-hybrid")
-    return {SPARSE: build_tiny_sparse_encoder(root / "splade", prompts={"query": "query: ", "document": ""})}
+    return {
+        SPARSE: build_tiny_sparse_encoder(root / "splade", prompts={"query": "query: ", "document": ""}),
+        COLBERT: root / "colbert",
+    }
 
 
 @pytest.fixture(scope="module")
-def hybrid_server(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Iterator[ServerProcess]:
+def colbert_reference(models: dict[str, Path]) -> dict[str, Any]:
+    backbone = build_tiny_backbone(models[COLBERT].parent / "colbert-backbone", seed=3)
+    return build_and_reference(backbone, models[COLBERT], TEXTS[:1], TEXTS, query_length=10, document_length=32)
+
+
+@pytest.fixture(scope="module")
+def hybrid_server(
+    tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path], colbert_reference: dict[str, Any]
+) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("hybrid-server")
     catalog = root / "catalog"
     catalog.mkdir()
     (catalog / "splade.yaml").write_text(_entry(SPARSE, "sparse-encoder", models[SPARSE], "encode"))
-    proc = start_server(["--catalog", str(catalog), "--preload", SPARSE], root / "server.log")
+    (catalog / "colbert.yaml").write_text(_entry(COLBERT, "colbert", models[COLBERT], "encode, score"))
+    proc = start_server(["--catalog", str(catalog), "--preload", SPARSE, "--preload", COLBERT], root / "server.log")
     yield proc
     proc.stop()
 
@@ -103,3 +116,39 @@ def test_json_sparse_and_unsupported_outputs(hybrid_server: ServerProcess) -> No
         response = httpx.post(url, json={"items": [{"text": "x"}], "params": {"output_types": wrong}})
         assert response.status_code == 400
         assert response.json()["detail"]["code"] == "INVALID_INPUT"
+
+
+def test_listing_shows_multivector_and_score(hybrid_server: ServerProcess) -> None:
+    info = httpx.get(hybrid_server.url + f"/v1/models/{COLBERT}").json()
+    assert info["outputs"] == ["multivector", "score"]
+    assert info["dims"]["multivector"] == 16
+
+
+def test_multivector_over_the_wire_matches_pylate(
+    hybrid_server: ServerProcess, colbert_reference: dict[str, Any]
+) -> None:
+    url = hybrid_server.url + f"/v1/encode/{COLBERT}"
+    body = {"items": [{"text": t} for t in TEXTS], "params": {"output_types": ["multivector"]}}
+    items = msgpack.unpackb(httpx.post(url, content=msgpack.packb(body), headers=MSGPACK).content)["items"]
+    for item, expected in zip(items, colbert_reference["documents"], strict=True):
+        multi = item["multivector"]
+        values = nd(multi["values"])
+        assert values.shape == (multi["num_tokens"], multi["token_dims"]) == expected.shape
+        np.testing.assert_allclose(values, expected, atol=1e-5, rtol=0)
+    with SiftClient(hybrid_server.url) as client:
+        [query] = client.encode_full(COLBERT, TEXTS[:1], output_types=["multivector"], is_query=True).items
+        half = client.encode_full(COLBERT, TEXTS[:1], output_types=["multivector"], output_dtype="float16").items[0]
+    np.testing.assert_allclose(query["multivector"], colbert_reference["queries"][0], atol=1e-5, rtol=0)
+    assert query["multivector"].shape == (10, 16) and half["multivector"].dtype == np.float16
+
+
+def test_maxsim_score_over_the_wire(hybrid_server: ServerProcess, colbert_reference: dict[str, Any]) -> None:
+    with SiftClient(hybrid_server.url) as client:
+        result = client.score(
+            COLBERT, {"id": "q", "text": TEXTS[0]}, [{"id": "a", "text": TEXTS[0]}, {"id": "b", "text": TEXTS[1]}]
+        )
+    expected = dict(zip(["a", "b"], colbert_reference["scores"][0], strict=True))
+    assert [e.rank for e in result.scores] == [0, 1]
+    assert [e.item_id for e in result.scores] == sorted(expected, key=lambda k: -expected[k])
+    for entry in result.scores:
+        assert abs(entry.score - expected[entry.item_id]) < 1e-4
