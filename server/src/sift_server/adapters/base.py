@@ -74,6 +74,8 @@ class Prepared:
     compat_key: Hashable
     payload: Any
     input_tokens: int = 0
+    # The engine lane the request was submitted to (``lora:<name>`` for a LoRA).
+    lane: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,18 @@ class Adapter(abc.ABC):
     def memory_bytes(self) -> int:
         """Bytes held by weights and buffers (for the registry's budget)."""
         return 0
+
+    # ---- LoRA (adapters that support it override these) -----------------
+
+    supports_lora: bool = False
+
+    def load_lora(self, name: str, path: Path) -> None:
+        """Load LoRA ``name`` from ``path`` (runs in a thread, not the event loop)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
+
+    def unload_lora(self, name: str) -> None:
+        """Drop LoRA ``name`` (least recently used beyond the model's limit)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing to release
         """Release what the adapter holds (called on eviction)."""

@@ -84,7 +84,7 @@ async def encode(
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
+    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record))
 
     post_start = time.perf_counter()
     dims = record.adapter.info.dims

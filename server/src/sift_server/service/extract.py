@@ -51,7 +51,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
         overflow_policy(options),
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
+    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record, wait=True))
 
     post_start = time.perf_counter()
     assert body.items is not None
