@@ -13,7 +13,7 @@ query expansion, skiplist). It runs them with plain transformers and torch:
   and skiplist tokens (punctuation) are dropped;
 * every kept token vector is L2-normalized.
 
-``score`` encodes the query and every candidate in one forward and returns
+``score`` encodes the query and every candidate (two batches) and returns
 MaxSim: the sum over query vectors of the best dot product (cosine) over the
 document's vectors. Tokenization happens in ``prepare`` (real token counts are
 the batch cost); ``forward`` pads the fused batch once.
@@ -255,19 +255,23 @@ class ColbertAdapter(Adapter):
         return out
 
     def _score(self, parts: Sequence[Part]) -> list[list[Any]]:
-        sequences: list[Tokens] = []
-        for part in parts:
-            payload: ScorePayload = part.prepared.payload
-            sequences.append(payload.query)
-            sequences.extend(payload.documents[part.start : part.stop])
-        embedded = self._embed(sequences)
+        # Queries (expanded to the query length) and documents (usually shorter) run
+        # as two batches, so documents are not padded to the query length.
+        payloads: list[ScorePayload] = [part.prepared.payload for part in parts]
+        queries = self._embed([payload.query for payload in payloads])
+        documents = self._embed(
+            [
+                d
+                for part, payload in zip(parts, payloads, strict=True)
+                for d in payload.documents[part.start : part.stop]
+            ]
+        )
         out: list[list[Any]] = []
         offset = 0
-        for part in parts:
-            query = embedded[offset]
-            documents = embedded[offset + 1 : offset + 1 + part.stop - part.start]
-            offset += 1 + len(documents)
-            out.append([maxsim(query, document) for document in documents])
+        for part, query in zip(parts, queries, strict=True):
+            n = part.stop - part.start
+            out.append([maxsim(query, document) for document in documents[offset : offset + n]])
+            offset += n
         return out
 
     def memory_bytes(self) -> int:
