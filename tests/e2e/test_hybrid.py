@@ -97,7 +97,7 @@ def test_sparse_over_raw_msgpack_matches_the_library(hybrid_server: ServerProces
 def test_sdk_sparse_and_float16(hybrid_server: ServerProcess) -> None:
     with SiftClient(hybrid_server.url) as client:
         result = client.encode_full(SPARSE, TEXTS, output_types=["sparse"], output_dtype="float16")
-        plain = client.encode_full(SPARSE, TEXTS)  # no output_types: the model's own output
+        plain = client.encode_full(SPARSE, TEXTS, output_types=["sparse"])
     for item, other in zip(result.items, plain.items, strict=True):
         sparse = item["sparse"]
         assert sparse["values"].dtype == np.float16 and len(sparse["indices"]) == len(sparse["values"])
@@ -112,10 +112,13 @@ def test_json_sparse_and_unsupported_outputs(hybrid_server: ServerProcess) -> No
     assert isinstance(item["sparse"]["indices"], list) and len(item["sparse"]["indices"]) == len(
         item["sparse"]["values"]
     )
-    for wrong in (["dense"], ["multivector"], ["sparse", "dense"]):
-        response = httpx.post(url, json={"items": [{"text": "x"}], "params": {"output_types": wrong}})
+    for wrong in (["dense"], ["multivector"], ["sparse", "dense"], None):
+        params = {"output_types": wrong} if wrong else {}  # None: the contract's default, dense
+        response = httpx.post(url, json={"items": [{"text": "x"}], "params": params})
         assert response.status_code == 400
         assert response.json()["detail"]["code"] == "INVALID_INPUT"
+    openai = httpx.post(hybrid_server.url + "/v1/embeddings", json={"model": SPARSE, "input": ["x"]})
+    assert openai.status_code == 400 and "dense" in openai.json()["error"]["message"]
 
 
 def test_listing_shows_multivector_and_score(hybrid_server: ServerProcess) -> None:

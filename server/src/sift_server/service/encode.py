@@ -45,8 +45,9 @@ class EncodeOutcome(Outcome):
 def _output_types(params_types: Sequence[str] | None, options: dict[str, Any], supported: Sequence[str]) -> list[str]:
     requested = options.get("output_types", params_types)
     if requested is None:
-        # The contract's default is dense; a model without dense answers its own first output.
-        return ["dense"] if "dense" in supported or not supported else [supported[0]]
+        # The contract's default, also for models without dense (a 400 below): the
+        # OpenAI route relies on it, and clients of sparse models name the output.
+        requested = ["dense"]
     if not isinstance(requested, list) or not requested:
         raise InvalidInput("Field 'output_types' must be a non-empty list.")
     for kind in requested:
