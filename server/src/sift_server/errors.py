@@ -50,6 +50,10 @@ class ModelLoading(SiftError):
     status, code, retry_after = 503, "MODEL_LOADING", 5
 
 
+class LoraLoading(SiftError):
+    status, code, retry_after = 503, "LORA_LOADING", 1
+
+
 class ModelLoadFailed(SiftError):
     status, code = 502, "MODEL_LOAD_FAILED"
 

@@ -23,6 +23,7 @@ from sift_server.registry import calibrate as calibration
 from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
+from sift_server.registry.loras import LoraSet
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class ModelRecord:
     load_seconds: float | None = None
     last_error: LoadError | None = None
     curve: Curve | None = None
+    loras: LoraSet | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -191,6 +193,7 @@ class Registry:
             log.error("loading model %s failed: %s", spec.name, exc)
             return
         record.adapter = adapter
+        record.loras = LoraSet(spec, adapter, self._clock)
         record.memory_bytes = record.known_bytes = adapter.memory_bytes()
         if self.calibrate:
             record.curve = await asyncio.to_thread(calibration.measure, adapter)
@@ -273,6 +276,7 @@ class Registry:
         record = self.record(name)
         worker, adapter = record.worker, record.adapter
         record.state, record.worker, record.adapter, record.memory_bytes = "available", None, None, 0
+        record.loras = None
         self.evictions += 1
         if worker is not None:
             # Queued requests are told to come back; the model reloads on demand.

@@ -59,11 +59,15 @@ def overflow_policy(options: Mapping[str, Any]) -> OverflowPolicy:
     return OVERFLOW_POLICIES[value]
 
 
-def lane_of(options: Mapping[str, Any], record: ModelRecord) -> str | None:
+async def lane_of(options: Mapping[str, Any], record: ModelRecord, *, wait: bool = False) -> str | None:
+    """The engine lane of the request: the base model's, or its LoRA's (``options.lora``
+    or ``options.lora_id``), loaded; see registry/loras.py."""
     lora = options.get("lora", options.get("lora_id"))
     if lora is None:
         return None
-    raise InvalidInput(f"Model '{record.spec.name}' does not support LoRA adapters.")
+    if record.loras is None:
+        raise InvalidInput(f"Model '{record.spec.name}' does not support LoRA adapters.")
+    return await record.loras.lane(lora, wait=wait)
 
 
 class Target(NamedTuple):

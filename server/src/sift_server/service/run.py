@@ -75,6 +75,7 @@ async def run_task(
     assert record.adapter is not None
     tokenize_start = time.perf_counter()
     prepared = await prepare(record.adapter, task)
+    prepared.lane = lane
     timing.tokenization_s = time.perf_counter() - tokenize_start
     ticket = worker.submit(prepared, request_id=ctx.request_id, lane=lane, ingress=ctx.ingress)
     if ctx.disconnected is None:

@@ -54,7 +54,7 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
+    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record, wait=True))
 
     post_start = time.perf_counter()
     assert body.items is not None
