@@ -21,6 +21,9 @@ def test_sift_bench_is_registered_with_its_options() -> None:
     assert args.quick and args.client == "httpx"
     assert args.burst_sizes == (4, 16)
     assert args.concurrency == (8, 32)
+    assert (args.workload, args.primitive, args.output_type, args.head) == ("short", "encode", "dense", None)
+    extract = build_parser().parse_args(["bench", "--workload", "mixed", "--primitive", "extract", "--labels", "a,b"])
+    assert (extract.workload, extract.primitive, extract.labels) == ("mixed", "extract", "a,b")
 
 
 def test_bad_sizes_are_rejected() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sift_server.bench.heads import HEADS
-from sift_server.bench.request import RequestSpec
+from sift_server.bench.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
 from sift_server.bench.server_proc import default_cpus
 from sift_server.bench.workload import WORKLOADS
 from sift_server.config import DEFAULT_MODEL
@@ -80,9 +80,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="short: 8-24 word sentences; mixed: 5-40 words with 1 in 20 near the model's limit",
     )
     runs.add_argument(
+        "--primitive",
+        choices=PRIMITIVES,
+        default="encode",
+        help="what each request asks: encode, score (one query against its texts) or extract",
+    )
+    runs.add_argument("--output-type", choices=OUTPUT_TYPES, default="dense", help="encode: the output to ask for")
+    runs.add_argument("--labels", help="extract: comma-separated labels (default person,location,organization,date)")
+    runs.add_argument(
         "--head",
         choices=HEADS,
-        help="serve a test head built on the packaged all-MiniLM-L6-v2 weights (extract workload)",
+        help="serve a test head built on the packaged all-MiniLM-L6-v2 weights (sets the primitive)",
     )
     runs.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for a server's /readyz")
 
