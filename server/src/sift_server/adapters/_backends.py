@@ -304,11 +304,22 @@ def _torch_onnx_export(graph: Graph, module: Any, example: Any, batch: Any, seq:
             str(dest / "model.onnx"),
             input_names=list(graph.inputs),
             output_names=[graph.output],
-            dynamic_shapes=tuple({0: batch, 1: seq} for _ in graph.inputs),
+            dynamic_shapes=_dynamic_shapes(module, len(graph.inputs), {0: batch, 1: seq}),
             dynamo=True,
             external_data=False,
             verbose=False,
         )
+
+
+def _dynamic_shapes(module: Any, count: int, axes: dict[int, Any]) -> tuple[Any, ...]:
+    """One ``axes`` per input; a ``forward(*tensors)`` takes them as one nested tuple."""
+    import inspect
+
+    shapes = tuple(axes for _ in range(count))
+    parameters = inspect.signature(module.forward).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return (shapes,)
+    return shapes
 
 
 def _quantize_int8(source: Path, dest: Path) -> None:
