@@ -315,3 +315,17 @@ def test_backend_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert backend_override() == ("onnx", None)
     monkeypatch.delenv("SIFT_BACKEND")
     assert backend_override() == (None, None)
+
+
+def test_rust_tokenizer_matches_transformers() -> None:
+    from sift_server.adapters._tokenize import HfTokenizer, RustTokenizer
+    from tests.fixtures.tiny_models import minilm_folder
+
+    folder = minilm_folder()
+    rust, hf = RustTokenizer(folder / "tokenizer.json"), HfTokenizer(folder)
+    from sift_server.adapters._probes import PROBE_TEXTS
+
+    texts = [*TEXTS, *PROBE_TEXTS, "word " * 300, "", "  spaces  and\ttabs\n", "ÀÉÎ naïve café 東京 🙂"]
+    assert rust.pad_token_id == hf.pad_token_id
+    for limit in (None, 8, 256):
+        assert rust.ids(texts, limit) == hf.ids(texts, limit)

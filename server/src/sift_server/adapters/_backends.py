@@ -170,11 +170,12 @@ class Runner(abc.ABC):
 
 
 class TorchRunner(Runner):
-    def __init__(self, graph: Graph, choice: Choice, device: str) -> None:
+    def __init__(self, graph: Graph, choice: Choice, device: str, threads: int) -> None:
         import torch
 
-        from sift_server.adapters._torch_runtime import module_bytes
+        from sift_server.adapters._torch_runtime import configure_threads, module_bytes
 
+        configure_threads(threads)
         module = graph.module()
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
         if dtype != torch.float32 or device != "cpu":
@@ -379,7 +380,7 @@ class Artifacts:
 
 def open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> Runner:
     if choice.backend == "torch":
-        return TorchRunner(graph, choice, request.device)
+        return TorchRunner(graph, choice, request.device, request.threads)
     assert store is not None
     if choice.backend == "onnx":
         return OnnxRunner(store.onnx(choice.precision) / "model.onnx", choice, request.threads)

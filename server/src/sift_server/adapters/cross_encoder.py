@@ -30,7 +30,7 @@ import torch
 
 from sift_server.adapters import _backends as backends
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
-from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, configure_threads, select_device
+from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, select_device
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -118,8 +118,6 @@ class CrossEncoderAdapter(Adapter):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         device = select_device(ctx.options) if ctx.backend in ("auto", "torch") else torch.device("cpu")
-        if ctx.backend in ("auto", "torch"):
-            configure_threads(ctx.torch_threads)
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
         max_length = _effective_max_length(ctx.max_sequence_length, tokenizer, config)

@@ -17,6 +17,7 @@ import numpy as np
 
 from sift_server.adapters import _backends as backends
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
+from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
 
@@ -70,7 +71,7 @@ class _HiddenStates(backends.Graph):
 class SentenceEmbedderAdapter(Adapter):
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: TextTokenizer,
         runner: backends.Runner,
         *,
         hidden_size: int,
@@ -88,7 +89,7 @@ class SentenceEmbedderAdapter(Adapter):
         self.max_length = max_length
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
-        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.pad_id = tokenizer.pad_token_id
         self.info = AdapterInfo(
             tasks=frozenset({"encode"}),
             outputs=("dense",),
@@ -99,8 +100,6 @@ class SentenceEmbedderAdapter(Adapter):
 
     @classmethod
     def load(cls, ctx: LoadContext) -> SentenceEmbedderAdapter:
-        from transformers import AutoTokenizer
-
         folder = ctx.path
         options = ctx.options
         st_config = _read_json(folder / "sentence_bert_config.json")
@@ -108,7 +107,7 @@ class SentenceEmbedderAdapter(Adapter):
         if pooling not in ("mean", "cls", "max"):
             raise ValueError(f"pooling must be mean, cls or max, not {pooling!r}")
         max_length = int(ctx.max_sequence_length or st_config.get("max_seq_length") or 512)
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tokenizer = load_tokenizer(folder)
         normalize = bool(options.get("normalize", True))
         request = backends.BackendRequest(
             backend=ctx.backend,
@@ -118,12 +117,8 @@ class SentenceEmbedderAdapter(Adapter):
             threads=ctx.torch_threads,
             device=_device(options, ctx.backend),
         )
-        if request.backend in ("auto", "torch"):
-            from sift_server.adapters._torch_runtime import configure_threads
-
-            configure_threads(ctx.torch_threads)
-        probe_rows = tokenizer(list(PROBE_TEXTS), truncation=True, max_length=max_length)["input_ids"]
-        pad_id = int(tokenizer.pad_token_id or 0)
+        probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
+        pad_id = tokenizer.pad_token_id
 
         def evaluate(runner: backends.Runner) -> np.ndarray:
             chunks = [
@@ -162,7 +157,7 @@ class SentenceEmbedderAdapter(Adapter):
             raise InvalidInput("This model only supports encode.")
         texts = self._texts(task)
         if task.overflow == "error":
-            ids = self.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+            ids = self.tokenizer.ids(texts, None)
             for index, row in enumerate(ids):
                 if len(row) > self.max_length:
                     raise InputTooLong(
@@ -170,9 +165,7 @@ class SentenceEmbedderAdapter(Adapter):
                         "(use overflow_policy 'truncate' to cut it)."
                     )
         else:
-            ids = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=self.max_length)[
-                "input_ids"
-            ]
+            ids = self.tokenizer.ids(texts, self.max_length)
         costs = [len(row) for row in ids]
         return Prepared(item_costs=costs, compat_key=None, payload=ids, input_tokens=sum(costs))
 
@@ -203,7 +196,8 @@ def _device(options: Any, backend: str) -> str:
     name = options.get("device")
     if name is not None:
         return str(name)
-    if backend in ("auto", "torch"):
+    # Without an NVIDIA device node there is no CUDA: do not pay for importing torch to learn it.
+    if backend in ("auto", "torch") and any(Path("/dev").glob("nvidia[0-9]*")):
         import torch
 
         if torch.cuda.is_available():  # untested here: no GPU in development
