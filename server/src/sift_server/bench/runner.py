@@ -229,6 +229,7 @@ def run_one(
         cpus=config.server_cpus,
         pythonpath=arm.pythonpath,
         ready_timeout_s=config.ready_timeout_s,
+        extra_args=arm.server_args,
     )
     server = ServerProcess(spec)
     warm: list[PhaseResult] = []
