@@ -33,3 +33,23 @@ def test_serve_accepts_the_backend_flag() -> None:
     assert args.backend == "openvino:bf16"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--backend", "cuda"])
+
+
+def test_server_cpu_sampler_reads_a_process() -> None:
+    import os
+    import time
+
+    from sift_server.bench.server_cpu import CpuSampler, read_cpu_seconds
+
+    before = read_cpu_seconds(os.getpid())
+    assert before is not None
+    sampler = CpuSampler(os.getpid(), interval_s=0.01).start()
+    start = time.perf_counter()
+    while read_cpu_seconds(os.getpid()) == before:  # spend CPU until the clock ticks
+        sum(range(10_000))
+    end = time.perf_counter()
+    sampler.stop()
+    cores = sampler.cores_used(start, end)
+    assert cores is not None and cores >= 0.0
+    assert sampler.cores_used(end + 60, end + 61) is None  # outside the samples
+    assert read_cpu_seconds(2**22 + 12345) is None
