@@ -426,11 +426,14 @@ def choose(
     evaluate: Evaluate,
     agree: Agree,
     tolerance: float,
+    probe_key: str = "",
 ) -> tuple[Runner, dict[str, Any]]:
     """Open the runner the request names, or the fastest that agrees with torch fp32.
 
-    Returns the runner and a description for ``/v1/models`` (backend, precision,
-    how it was chosen and, for ``auto``, what each candidate measured)."""
+    ``probe_key`` names whatever else shapes ``evaluate``'s outputs (pooling,
+    length limit): a recorded decision holds only for the same. Returns the
+    runner and a description for ``/v1/models`` (backend, precision, how it was
+    chosen and, for ``auto``, what each candidate measured)."""
     pool = [c for c in candidates(request) if available(c)]
     if not pool:
         raise ImportError(f"backend {request.backend} needs {_LIBRARY.get(request.backend)}, which is not installed")
@@ -455,7 +458,7 @@ def choose(
             "device": request.device,
             "cpu": _cpu_signature(),
             "tolerance": tolerance,
-            "probe": PROBE_VERSION,
+            "probe": f"{PROBE_VERSION}:{probe_key}",
             "versions": artifacts.library_versions(),
         }
     )

@@ -141,7 +141,12 @@ class CrossEncoderAdapter(Adapter):
 
         tolerance = ctx.tolerance or backends.DEFAULT_SCORE_RELATIVE
         runner, runtime = backends.choose(
-            _Logits(ctx.path, names), request, evaluate, backends.score_agreement(tolerance), tolerance
+            _Logits(ctx.path, names),
+            request,
+            evaluate,
+            backends.score_agreement(tolerance),
+            tolerance,
+            probe_key=f"{max_length}",
         )
         return cls(runner, tokenizer, max_length, activation, runtime)
 

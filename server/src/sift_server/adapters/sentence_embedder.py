@@ -129,7 +129,12 @@ class SentenceEmbedderAdapter(Adapter):
 
         tolerance = ctx.tolerance or backends.DEFAULT_COSINE
         runner, runtime = backends.choose(
-            _HiddenStates(folder), request, evaluate, backends.cosine_agreement(tolerance), tolerance
+            _HiddenStates(folder),
+            request,
+            evaluate,
+            backends.cosine_agreement(tolerance),
+            tolerance,
+            probe_key=f"{pooling}:{normalize}:{max_length}",
         )
         hidden_size = int(_read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
         return cls(
