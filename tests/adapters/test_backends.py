@@ -115,6 +115,13 @@ def test_cross_encoder_parity(
     assert np.argsort(got).tolist() == np.argsort(torch_scores).tolist()
 
 
+def test_cross_encoder_int8_loads(cross_encoder_dir: Path, cache_dir: Path, torch_scores: np.ndarray) -> None:
+    adapter = CrossEncoderAdapter.load(context(cross_encoder_dir, cache_dir, "onnx", "int8"))
+    assert (adapter.info.runtime["backend"], adapter.info.runtime["precision"]) == ("onnx", "int8")
+    got = score(adapter, TEXTS)
+    assert got.shape == torch_scores.shape and np.isfinite(got).all()
+
+
 def test_threads_are_explicit(embedder_dir: Path, cache_dir: Path) -> None:
     onnx = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "onnx", "fp32"))
     assert isinstance(onnx.runner, backends.OnnxRunner)

@@ -324,9 +324,19 @@ def _dynamic_shapes(module: Any, count: int, axes: dict[int, Any]) -> tuple[Any,
 
 
 def _quantize_int8(source: Path, dest: Path) -> None:
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(source / "model.onnx"), str(dest / "model.onnx"), weight_type=QuantType.QInt8)
+    # The exporter's intermediate shape annotations can disagree with the quantizer's own
+    # shape inference (a cross-encoder's head): drop them and let it infer afresh.
+    model = onnx.load(str(source / "model.onnx"))
+    del model.graph.value_info[:]
+    plain = dest / "plain.onnx.tmp"
+    onnx.save(model, str(plain))
+    try:
+        quantize_dynamic(str(plain), str(dest / "model.onnx"), weight_type=QuantType.QInt8)
+    finally:
+        plain.unlink(missing_ok=True)
 
 
 def _convert_openvino(source: Path, dest: Path) -> None:
