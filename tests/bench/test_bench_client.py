@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import msgpack
@@ -85,7 +86,7 @@ async def test_transport_sends_the_request_id_and_validates(kind: str) -> None:
         http_transport=httpx.MockTransport(server),
     )  # fmt: skip
     try:
-        outcome = await transport.encode("req-000001", ["hello"])
+        outcome = await transport.send("req-000001", ["hello"])
         assert outcome.ok, outcome.error
         assert outcome.status == 200
         assert outcome.issued is not None
@@ -98,12 +99,12 @@ async def test_transport_sends_the_request_id_and_validates(kind: str) -> None:
             ("status", "500"),
         ]:
             server.mode = mode
-            outcome = await transport.encode(f"req-{mode}", ["a", "b"])
+            outcome = await transport.send(f"req-{mode}", ["a", "b"])
             assert not outcome.ok, mode
             assert expected in (outcome.error or ""), (mode, outcome.error)
         server.mode = "ok"
         server.dims = 5
-        outcome = await transport.encode("req-dims", ["a"])
+        outcome = await transport.send("req-dims", ["a"])
         assert not outcome.ok and "dims" in (outcome.error or "")
     finally:
         await transport.aclose()
@@ -116,7 +117,7 @@ async def test_transport_failure_is_an_outcome_not_an_exception() -> None:
     transport = HttpxTransport(
         "http://bench.test", "m", 4, max_connections=1, timeout=1.0, http_transport=httpx.MockTransport(refuse)
     )
-    outcome = await transport.encode("r", ["x"])
+    outcome = await transport.send("r", ["x"])
     await transport.aclose()
     assert not outcome.ok
     assert outcome.status is None
@@ -126,3 +127,48 @@ async def test_transport_failure_is_an_outcome_not_an_exception() -> None:
 def test_json_error_bodies_do_not_crash_decode() -> None:
     with pytest.raises((ValueError, KeyError, TypeError, msgpack.UnpackException)):
         decode_encode_response(json.dumps({"items": []}).encode(), 1)
+
+
+@pytest.mark.parametrize("kind", ["sdk", "httpx"])
+async def test_transport_with_labels_sends_extract_requests_and_checks_the_item_count(kind: str) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def extract(request: httpx.Request) -> httpx.Response:
+        body = msgpack.unpackb(request.content, raw=False)
+        seen.append({"path": request.url.path, "body": body})
+        items = body["items"][: None if len(seen) == 1 else 1]  # the second answer loses an item
+        answer = {
+            "model": "m",
+            "items": [{"id": f"item-{i}", "entities": [], "classifications": []} for i in range(len(items))],
+        }
+        return httpx.Response(
+            200,
+            content=msgpack.packb(answer, use_bin_type=True),
+            headers={"Content-Type": "application/msgpack", "X-Request-ID": request.headers["x-request-id"]},
+        )
+
+    cls = SdkTransport if kind == "sdk" else HttpxTransport
+    transport = cls(
+        "http://bench.test", "tiny/gliclass", None, max_connections=2, timeout=5.0,
+        http_transport=httpx.MockTransport(extract), labels=["a", "b"],
+    )  # fmt: skip
+    try:
+        ok = await transport.send("req-1", ["one", "two"])
+        assert ok.ok, ok.error
+        assert seen[0]["path"] == "/v1/extract/tiny/gliclass"
+        assert seen[0]["body"]["params"]["labels"] == ["a", "b"]
+        short = await transport.send("req-2", ["one", "two"])
+        assert not short.ok
+    finally:
+        await transport.aclose()
+
+
+def test_mixed_workload_spreads_lengths_up_to_the_models_limit() -> None:
+    from sift_server.bench.workload import make_mixed_texts
+
+    texts = make_mixed_texts(400, seed=1)
+    words = [len(t.split()) for t in texts]
+    assert min(words) >= 5 and max(words) <= 220
+    long = [w for w in words if w >= 180]
+    assert 5 <= len(long) <= 40  # about one in twenty
+    assert make_mixed_texts(400, seed=1) == texts

@@ -38,7 +38,18 @@ def tiny_server(tmp_path_factory: pytest.TempPathFactory, tiny_catalog: Path) ->
     """The tiny model as default, with an API key and a small queue."""
     root = tmp_path_factory.mktemp("tiny-server")
     proc = start_server(
-        ["--catalog", str(tiny_catalog), "--model", TINY_EMBEDDER, "--api-key", "s3cret", "--max-queue-items", "4"],
+        [
+            "--catalog",
+            str(tiny_catalog),
+            "--model",
+            TINY_EMBEDDER,
+            "--api-key",
+            "s3cret",
+            "--max-queue-items",
+            "4",
+            "--max-request-items",
+            "4",
+        ],
         root / "server.log",
     )
     yield proc

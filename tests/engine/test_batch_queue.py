@@ -1,4 +1,4 @@
-from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
+from sift_server.engine.batch_queue import BatchQueue, Caps, Order, Pending
 
 
 def pending(rid: str, *costs: int, arrival: float = 0.0, key: object = None) -> Pending:
@@ -30,14 +30,51 @@ def test_request_cap_counts_requests_not_items() -> None:
     assert [p.request_id for p in queue.pending] == ["r3", "r4"]
 
 
-def test_cost_cap_skips_expensive_and_keeps_cheaper() -> None:
+def test_cost_cap_never_lets_a_newer_request_pass_an_older_one() -> None:
     queue = BatchQueue("default")
     queue.add(pending("head", 50))
     queue.add(pending("big", 60))
     queue.add(pending("small", 40))
     slices = queue.take(Caps(max_cost=100))
-    assert {s.pending.request_id for s in slices} == {"head", "small"}
-    assert [p.request_id for p in queue.pending] == ["big"]
+    assert {s.pending.request_id for s in slices} == {"head"}
+    assert [p.request_id for p in queue.pending] == ["big", "small"]
+    assert {s.pending.request_id for s in queue.take(Caps(max_cost=100))} == {"big", "small"}
+
+
+def test_cost_order_passes_a_long_request_over_again_and_again() -> None:
+    # The earlier rule (kept for the simulator's comparison): cheaper, newer
+    # requests join each forward while a long one waits to become the head.
+    def forwards_until_long_runs(order: Order) -> int:
+        queue = BatchQueue("default")
+        for i in range(8):
+            queue.add(pending(f"old{i}", 20))
+        queue.add(pending("long", 90))
+        for forward in range(1, 100):
+            for i in range(4):  # new short requests keep arriving
+                queue.add(pending(f"new{forward}.{i}", 10))
+            if "long" in {s.pending.request_id for s in queue.take(Caps(max_requests=4), order=order)}:
+                return forward
+        raise AssertionError("never ran")
+
+    assert forwards_until_long_runs("arrival") == 3
+    assert forwards_until_long_runs("cost") == 9
+
+
+def test_arrival_order_serves_every_request_within_its_position_in_forwards() -> None:
+    # A request with k requests ahead of it runs in one of the next k + 1 forwards,
+    # whatever the lengths around it (here: 1 long among many short ones).
+    queue = BatchQueue("default")
+    queue.add(pending("head", 10))
+    queue.add(pending("long", 250))
+    for i in range(20):
+        queue.add(pending(f"s{i}", 10))
+    forwards = 0
+    while True:
+        forwards += 1
+        taken = {s.pending.request_id for s in queue.take(Caps(max_requests=4, max_cost=256))}
+        if "long" in taken:
+            break
+    assert forwards <= 2
 
 
 def test_oversized_single_item_runs_alone() -> None:
@@ -79,11 +116,13 @@ def test_would_fill_counts_compatible_requests_and_cost() -> None:
     assert queue.would_fill(Caps(max_requests=10, max_cost=100))
 
 
-def test_remove_only_unstarted_requests() -> None:
+def test_remove_drops_a_split_request_with_its_remaining_items() -> None:
+    # A request split across forwards whose client left (or whose first slice
+    # failed) must not run its remaining slices.
     queue = BatchQueue("default")
     queue.add(pending("a", 40, 40))
     queue.add(pending("b", 1))
     queue.take(Caps(max_cost=50))  # starts "a"
-    assert queue.remove("a") is None
-    assert queue.remove("b") is not None
-    assert [p.request_id for p in queue.pending] == ["a"]
+    assert queue.remove("a") is not None
+    assert [p.request_id for p in queue.pending] == ["b"]
+    assert [s.pending.request_id for s in queue.take(Caps(max_cost=50))] == ["b"]

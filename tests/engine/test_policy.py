@@ -36,7 +36,7 @@ class Harness:
     busy: bool = False
     last_forward_end: float = float("-inf")
     ingress: int = 0
-    draining: bool = False
+    closing: bool = False
 
     def arrive(self, rid: str, lane: str = "default", costs: tuple[int, ...] = (8,)) -> None:
         now = self.clock()
@@ -55,7 +55,7 @@ class Harness:
             for q in self.queues.values()
             if q.pending
         ]
-        return SchedulerState(lanes, self.busy, self.last_forward_end, self.ingress, self.arrivals, self.draining)
+        return SchedulerState(lanes, self.busy, self.last_forward_end, self.ingress, self.arrivals, self.closing)
 
     def decide(self):  # type: ignore[no-untyped-def]
         return self.policy.decide(self.state(), self.clock())
@@ -207,15 +207,26 @@ def test_adaptive_hold_is_bounded() -> None:
     assert h.decide() == Dispatch("default", "max-wait")
 
 
-def test_work_that_queued_behind_a_forward_drains_at_once() -> None:
-    for policy in (AdaptivePolicy(), TimedPolicy(), ImmediatePolicy()):
+def test_work_that_queued_behind_a_forward_runs_at_once() -> None:
+    for policy in (AdaptivePolicy(), ImmediatePolicy()):
         h = Harness(policy)
         h.arrive("a")
         h.busy = True
         h.clock.advance(1 * MS)
         h.arrive("b")
         h.run_forward(2 * MS)
-        assert h.decide() == Dispatch("default", "drain"), policy.name
+        assert h.decide() == Dispatch("default", "backlog"), policy.name
+
+
+def test_timed_applies_its_window_to_work_that_queued_behind_a_forward() -> None:
+    # The reference waits for quiet after every forward: that collects a returning wave.
+    h = Harness(TimedPolicy())
+    h.arrive("a")
+    h.busy = True
+    h.clock.advance(1 * MS)
+    h.arrive("b")
+    h.run_forward(2 * MS)
+    assert h.decide() == WaitUntil(4 * MS)
 
 
 def test_full_batch_dispatches_without_waiting() -> None:
@@ -225,11 +236,11 @@ def test_full_batch_dispatches_without_waiting() -> None:
     assert h.decide() == Dispatch("default", "full")
 
 
-def test_draining_dispatches_everything() -> None:
+def test_closing_dispatches_everything() -> None:
     h = Harness(TimedPolicy())
     h.arrive("a")
-    h.draining = True
-    assert h.decide() == Dispatch("default", "drain")
+    h.closing = True
+    assert h.decide() == Dispatch("default", "closing")
 
 
 def test_lanes_are_served_oldest_head_first_so_none_starves() -> None:
@@ -287,8 +298,8 @@ def test_adaptive_does_not_hold_for_companions_that_already_ran() -> None:
     h.clock.advance(1 * MS)
     h.arrive("b")
     h.run_forward(0.5 * MS)
-    assert h.decide() == Dispatch("default", "drain")
-    h.dispatch(Dispatch("default", "drain"))
+    assert h.decide() == Dispatch("default", "backlog")
+    h.dispatch(Dispatch("default", "backlog"))
     h.run_forward(0.2 * MS)
     h.clock.advance(0.1 * MS)
     h.arrive("c")

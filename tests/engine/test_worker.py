@@ -12,9 +12,11 @@ import pytest
 
 from sift_server.adapters.base import Part, Prepared
 from sift_server.engine.batch_queue import Caps
+from sift_server.engine.clock import FakeClock
 from sift_server.engine.policy import AdaptivePolicy, ImmediatePolicy, TimedPolicy
+from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.worker import ModelWorker, WorkerConfig
-from sift_server.errors import InferenceError, QueueFull, ShuttingDown
+from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown
 
 
 class FakeForward:
@@ -42,7 +44,7 @@ def prepared(*names: str, key: object = None) -> Prepared:
 
 
 def make_worker(forward: FakeForward, policy: Any = None, **config: Any) -> ModelWorker:
-    worker = ModelWorker("m", forward, policy or ImmediatePolicy(), WorkerConfig(**config))
+    worker = ModelWorker("m", forward, policy or ImmediatePolicy(), WorkerConfig(scheduler=SchedulerConfig(**config)))
     worker.start()
     return worker
 
@@ -152,12 +154,52 @@ async def test_queue_full_rejects_beyond_max_queue_items() -> None:
     worker = make_worker(forward, max_queue_items=4)
     running = worker.submit(prepared("a"), request_id="a")
     await asyncio.to_thread(forward.entered.wait, 30)
-    queued = worker.submit(prepared("b", "c", "d"), request_id="b")
+    queued = worker.submit(prepared("b", "c", "d", "e"), request_id="b")
     with pytest.raises(QueueFull) as info:
-        worker.submit(prepared("e", "f"), request_id="e")
+        worker.submit(prepared("f"), request_id="f")
     assert info.value.retry_after == 1
     forward.gate.set()
     await asyncio.gather(running.future, queued.future)
+    await worker.close(1.0)
+
+
+async def test_a_request_larger_than_the_room_left_waits_its_turn() -> None:
+    # The queue bound is not the per-request cap: a large request behind a busy
+    # queue enters while there is room, instead of QUEUE_FULL until it empties.
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward, max_queue_items=8)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    small = worker.submit(prepared("b", "c", "d"), request_id="b")
+    large = worker.submit(prepared(*(f"x{i}" for i in range(12))), request_id="large")
+    forward.gate.set()
+    await asyncio.gather(running.future, small.future)
+    assert len(await large.future) == 12
+    await worker.close(1.0)
+
+
+async def test_a_request_queued_past_the_deadline_is_refused_and_the_rest_runs() -> None:
+    clock = FakeClock()
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = ModelWorker(
+        "m", forward, ImmediatePolicy(), WorkerConfig(scheduler=SchedulerConfig(queue_timeout=5.0)), clock=clock
+    )
+    worker.start()
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    stale = worker.submit(prepared("stale"), request_id="stale")
+    clock.advance(4.0)
+    fresh = worker.submit(prepared("fresh"), request_id="fresh")
+    clock.advance(2.0)
+    forward.gate.set()
+    assert await running.future == ["out:a"]
+    with pytest.raises(QueueTimeout) as info:
+        await stale.future
+    assert info.value.status == 503 and info.value.retry_after == 1
+    assert await fresh.future == ["out:fresh"]
+    assert all("stale" not in batch for batch in forward.batches)
     await worker.close(1.0)
 
 
@@ -218,4 +260,85 @@ async def test_split_request_reassembles_outputs_across_forwards() -> None:
     assert await ticket.future == ["out:a", "out:b", "out:c", "out:d", "out:e"]
     assert forward.batches == [["a", "b"], ["c", "d"], ["e"]]
     assert ticket.timing.forwards == 3
+    await worker.close(1.0)
+
+
+async def test_split_request_stops_after_its_first_slice_fails() -> None:
+    forward = FakeForward()
+    forward.fail_when = "a"
+    worker = make_worker(forward, caps=Caps(max_cost=8))
+    ticket = worker.submit(prepared("a", "b", "c", "d", "e"), request_id="big")
+    with pytest.raises(InferenceError):
+        await ticket.future
+    after = worker.submit(prepared("z"), request_id="z")
+    assert await after.future == ["out:z"]
+    assert forward.batches == [["a", "b"], ["z"]]
+    await worker.close(1.0)
+
+
+async def test_split_request_stops_when_its_client_leaves() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward, caps=Caps(max_cost=8))
+    ticket = worker.submit(prepared("a", "b", "c", "d", "e"), request_id="big")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    ticket.future.cancel()
+    forward.gate.set()
+    after = worker.submit(prepared("z"), request_id="z")
+    assert await after.future == ["out:z"]
+    assert forward.batches == [["a", "b"], ["z"]]
+    await worker.close(1.0)
+
+
+async def test_close_is_reentrant_and_every_caller_returns() -> None:
+    # Signal, lifespan and eviction may all close a worker; a second call used
+    # to replace the event the first one waited on, so the first waited out its grace.
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    first = asyncio.create_task(worker.close(3600.0))
+    second = asyncio.create_task(worker.close(3600.0))
+    await asyncio.sleep(0)
+    forward.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second), 30)
+    assert await running.future == ["out:a"]
+
+
+async def test_forward_finished_waits_for_a_forward_past_the_grace() -> None:
+    forward = FakeForward()
+    forward.gate.clear()
+    worker = make_worker(forward)
+    running = worker.submit(prepared("a"), request_id="a")
+    await asyncio.to_thread(forward.entered.wait, 30)
+    await worker.close(0.0)
+    with pytest.raises(ShuttingDown):
+        await running.future
+    waiter = asyncio.create_task(worker.forward_finished())
+    await asyncio.sleep(0)
+    assert not waiter.done()  # the thread still runs the model
+    forward.gate.set()
+    await waiter
+
+
+async def test_short_texts_are_answered_before_the_long_one_of_their_batch_ends() -> None:
+    release_long = threading.Event()
+
+    class LengthAware(FakeForward):
+        def __call__(self, parts: Sequence[Part]) -> list[list[Any]]:
+            if any(p.prepared.item_costs[p.start] > 100 for p in parts):
+                release_long.wait(timeout=30)
+            return super().__call__(parts)
+
+    forward = LengthAware()
+    worker = make_worker(forward, AdaptivePolicy())
+    worker.scheduler.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])  # fixed part: 160 tokens' worth
+    long = worker.submit(Prepared(item_costs=[500], compat_key=None, payload=["long"]), request_id="long")
+    shorts = [worker.submit(Prepared([10], None, [f"s{i}"]), request_id=f"s{i}") for i in range(12)]
+    assert [await t.future for t in shorts] == [[f"out:s{i}"] for i in range(12)]
+    assert not long.future.done()  # its sub-forward still runs
+    release_long.set()
+    assert await long.future == ["out:long"]
+    assert sorted(map(len, forward.batches)) == [1, 12]
     await worker.close(1.0)

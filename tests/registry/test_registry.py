@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
@@ -133,14 +135,79 @@ async def test_least_recently_used_model_is_evicted_under_the_budget() -> None:
 
 
 async def test_requests_queued_on_an_evicted_model_are_told_to_retry() -> None:
-    reg = registry(lambda spec: FakeAdapter(10 * MB))
+    adapter = GatedAdapter(10 * MB)
+    reg = registry(lambda spec: adapter)
     await reg.load_now("a")
     _, worker = reg.ready_worker("a")
-    worker.busy = True  # hold dispatch so the request stays queued
-    ticket = worker.submit(Prepared([1], None, None), request_id="r")
-    await reg.evict("a")
+    worker.submit(Prepared([1], None, None), request_id="running")
+    await asyncio.to_thread(adapter.entered.wait, 30)
+    ticket = worker.submit(Prepared([1], None, None), request_id="r")  # queued behind it
+    eviction = asyncio.create_task(reg.evict("a"))
     with pytest.raises(ModelLoading):
         await ticket.future
+    adapter.gate.set()
+    await eviction
     with pytest.raises(ModelLoading):
         reg.ready_worker("a")  # reloads on demand
     await reg.close(0)
+
+
+class GatedAdapter(FakeAdapter):
+    """Its forward waits for a gate, and fails if the weights were released under it."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.closed_during_forward = False
+
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        self.entered.set()
+        self.gate.wait(timeout=30)
+        self.closed_during_forward = self.closed
+        return super().forward(parts)
+
+
+async def test_eviction_releases_the_model_only_after_its_running_forward() -> None:
+    adapter = GatedAdapter(10 * MB)
+    reg = registry(lambda spec: adapter)
+    await reg.load_now("a")
+    _, worker = reg.ready_worker("a")
+    ticket = worker.submit(Prepared([1], None, None), request_id="r")
+    await asyncio.to_thread(adapter.entered.wait, 30)
+    eviction = asyncio.create_task(reg.evict("a"))
+    with pytest.raises(ModelLoading):
+        await ticket.future
+    assert not adapter.closed  # the forward still runs in its thread
+    adapter.gate.set()
+    await eviction
+    assert adapter.closed and not adapter.closed_during_forward
+    await reg.close(0)
+
+
+async def test_a_request_answered_just_before_its_model_is_evicted_still_gets_its_response() -> None:
+    # Eviction resets the record synchronously; the request's coroutine resumes
+    # after that and must not read the (now empty) record.
+    from sift_server.service.common import Limits
+    from sift_server.service.encode import encode
+    from sift_server.service.run import RequestContext
+    from sift_server.wire.schemas import EncodeBody, Item
+
+    reg_holder: list[Registry] = []
+
+    def evict_sync_part(record: object) -> None:
+        model = reg_holder[0].record("a")
+        model.state, model.worker, model.adapter = "available", None, None
+
+    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
+        return ModelWorker(spec.name, adapter.forward, ImmediatePolicy(), observers=[evict_sync_part])
+
+    class VectorAdapter(FakeAdapter):
+        def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+            return [[np.zeros(2, dtype=np.float32)] * (p.stop - p.start) for p in parts]
+
+    reg = Registry(catalog("a"), factory, memory_budget_bytes=100 * MB, loader=lambda spec: VectorAdapter(MB))
+    reg_holder.append(reg)
+    await reg.load_now("a")
+    outcome = await encode(reg, "a", EncodeBody(items=[Item(text="hello")]), Limits(1024, 8), RequestContext("r", 0.0))
+    assert outcome.payload["items"][0]["dense"]["dims"] == 2

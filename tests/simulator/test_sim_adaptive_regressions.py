@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from sift_server.engine.batch_queue import Caps
-from sift_server.engine.policy import AdaptivePolicy, ImmediatePolicy, make_policy
+from sift_server.engine.policy import AdaptivePolicy, ImmediatePolicy
 from sift_server.simulator.engine_sim import EngineSim, SimResult, simulate
 from sift_server.simulator.forward_model import CPU_LIKE, GPU_LIKE, LinearForward
 from sift_server.simulator.metrics import summarize
 from sift_server.simulator.report import verdicts
-from sift_server.simulator.runner import Matrix, run_matrix
+from sift_server.simulator.runner import Matrix, make_arm, run_matrix
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 from sift_server.simulator.traces import Arrival, IngressQueue, Kind
 
@@ -49,8 +49,8 @@ def test_random_traffic_on_a_cpu_like_forward_is_dispatched_as_immediate(name: s
 
 
 def test_adaptive_is_at_least_as_good_as_the_references_on_every_default_family() -> None:
-    policies = [lambda name=name: make_policy(name) for name in ("adaptive", "timed", "immediate")]
-    summaries = run_matrix(Matrix(forwards=[GPU_LIKE, CPU_LIKE], policies=policies, traces=TraceConfig()))
+    arms = [make_arm(name) for name in ("adaptive", "timed", "immediate")]
+    summaries = run_matrix(Matrix(forwards=[GPU_LIKE, CPU_LIKE], arms=arms, traces=TraceConfig()))
     losses = [(v.forward, v.family) for v in verdicts(summaries) if not v.ok]
     assert losses == []
 

@@ -29,6 +29,8 @@ def _add_serve(subparsers: Any) -> None:
         "optionally with :PRECISION (e.g. openvino:fp32, onnx:int8). Same as SIFT_BACKEND.",
     )
     p.add_argument("--max-queue-items", type=int, help="Pending items per model before 503 QUEUE_FULL (default 512).")
+    p.add_argument("--max-request-items", type=int, help="Items one request may carry, 400 beyond (default 512).")
+    p.add_argument("--queue-timeout-s", type=float, help="A request queued longer gets 503 QUEUE_FULL (default 30).")
     p.add_argument("--memory-budget-mb", type=int, help="Evict least recently used models above this (default 8192).")
     p.add_argument(
         "--no-calibrate",

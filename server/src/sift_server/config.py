@@ -9,10 +9,10 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sift_server.engine.policy import AdaptivePolicy, TimedPolicy
-from sift_server.engine.worker import WorkerConfig
+from sift_server.engine.scheduler import SchedulerConfig
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-_ADAPTIVE, _TIMED, _WORKER = AdaptivePolicy(), TimedPolicy(), WorkerConfig()
+_ADAPTIVE, _TIMED, _SCHEDULER = AdaptivePolicy(), TimedPolicy(), SchedulerConfig()
 
 
 class Settings(BaseSettings):
@@ -33,19 +33,29 @@ class Settings(BaseSettings):
     # A head held for a learned burst whose requests keep arriving waits at most this.
     max_burst_hold_ms: float = _ADAPTIVE.max_burst_hold * 1000
     # Arrivals closer than this belong to one cluster (a burst in the making).
-    link_gap_ms: float = _WORKER.link_gap * 1000
+    link_gap_ms: float = _SCHEDULER.link_gap * 1000
     # ...and, while earlier requests are still queued or running, this far apart
     # (a running forward slows the reading of the rest of a burst on a shared core).
-    busy_link_gap_ms: float = _WORKER.busy_link_gap * 1000
+    busy_link_gap_ms: float = _SCHEDULER.busy_link_gap * 1000
     # A cluster that starts after this much silence may teach the next burst's size.
-    quiet_gap_ms: float = _WORKER.quiet_gap * 1000
+    quiet_gap_ms: float = _SCHEDULER.quiet_gap * 1000
     idle_coalesce_ms: float = _TIMED.idle_coalesce * 1000
     max_batch_wait_ms: float = _TIMED.max_wait * 1000
-    max_batch_requests: int = _WORKER.caps.max_requests
-    max_batch_cost: int = _WORKER.caps.max_cost
-    max_queue_items: int = _WORKER.max_queue_items
-    # Measure each embedder's forward-time curve after load and drain under load in
-    # batches of its most efficient size (adds about a second to a model's load).
+    max_batch_requests: int = _SCHEDULER.caps.max_requests
+    max_batch_cost: int = _SCHEDULER.caps.max_cost
+    # Items queued per model beyond which new requests get 503 QUEUE_FULL.
+    max_queue_items: int = _SCHEDULER.max_queue_items
+    # Items one request may carry (400 beyond it); a request larger than the
+    # room left in the queue still enters once there is room, and waits its turn.
+    max_request_items: int = 512
+    # A request still queued after this long gets 503 QUEUE_FULL instead of an
+    # answer nobody waits for.
+    queue_timeout_s: float = _SCHEDULER.queue_timeout
+    # Hold a free worker for the rest of a returning wave of closed-loop clients
+    # (where the model's fixed forward cost says it pays), at most this long.
+    return_horizon_ms: float = _SCHEDULER.return_horizon * 1000
+    # Measure each embedder's forward-time curve after load; under sustained load
+    # batches are capped at its most efficient size (adds about a second to a load).
     calibrate: bool = True
     # Lower CPU priority of forward threads so ingress keeps up while a forward runs.
     forward_nice: int = 10

@@ -50,6 +50,11 @@ class QueueFull(SiftError):
     status, code, retry_after = 503, "QUEUE_FULL", 1
 
 
+class QueueTimeout(QueueFull):
+    """A queued request waited past the queue deadline: answering it now would
+    be an answer nobody waits for, so it is refused like a full queue."""
+
+
 class ShuttingDown(SiftError):
     status, code, retry_after = 503, "SHUTTING_DOWN", 5
 

@@ -17,10 +17,11 @@ from sift_server.api.state import ServerState
 from sift_server.config import Settings
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.policy import make_policy
+from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.trace import JsonlTrace, TraceSink
 from sift_server.engine.worker import ModelWorker, WorkerConfig
 from sift_server.metrics import Metrics
-from sift_server.registry.calibrate import Curve, drain_caps
+from sift_server.registry.calibrate import Curve, load_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
@@ -52,16 +53,23 @@ def build_state(
             max_requests=batching.max_batch_requests or settings.max_batch_requests,
             max_cost=batching.max_batch_cost or settings.max_batch_cost,
         )
-        config = WorkerConfig(
+        scheduling = SchedulerConfig(
             caps=caps,
-            drain_caps=drain_caps(curve, caps),
+            load_caps=load_caps(curve, caps),
             max_queue_items=batching.max_queue_items or settings.max_queue_items,
-            forward_nice=settings.forward_nice,
+            queue_timeout=settings.queue_timeout_s,
             link_gap=settings.link_gap_ms / 1000,
             busy_link_gap=settings.busy_link_gap_ms / 1000,
             quiet_gap=settings.quiet_gap_ms / 1000,
+            return_horizon=settings.return_horizon_ms / 1000,
         )
-        return ModelWorker(spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward])
+        config = WorkerConfig(scheduler=scheduling, forward_nice=settings.forward_nice)
+        worker = ModelWorker(
+            spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward]
+        )
+        if curve is not None:
+            worker.scheduler.seed_costs(curve.points)
+        return worker
 
     registry = Registry(
         catalog,
@@ -70,7 +78,7 @@ def build_state(
         loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
         calibrate=settings.calibrate,
     )
-    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_queue_items)
+    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
 
 

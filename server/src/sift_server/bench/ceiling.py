@@ -3,8 +3,11 @@
 Run as a child process (``python -m sift_server.bench.ceiling``) pinned to the
 server's CPUs with the server's torch threads, so that it measures what the
 server's forward could do on the same core. Tokenization is done beforehand;
-only ``adapter.forward`` is timed, on batches of the same texts the benchmark
-sends."""
+only the forward is timed, on batches of the same texts the benchmark sends,
+run as the server runs them: cut into sub-forwards of similar length
+(``engine.padding``) with the fixed cost measured here first, as the server
+learns it. On mixed lengths one padded forward of a whole batch would be a
+straw man (a 16-text batch with one long passage runs several times slower)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Any
 
 from sift_server.bench.server_proc import child_env, pin_prefix
 from sift_server.bench.stats import median
-from sift_server.bench.workload import make_texts
+from sift_server.bench.workload import WORKLOADS, Workload, texts_for
 
 GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 _BATCHES_PER_SIZE = 8
@@ -34,27 +37,62 @@ def measure(
     min_reps: int = 3,
     max_reps: int = 200,
     progress: Callable[[int], None] = lambda size: None,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    from sift_server.adapters.base import EncodeTask, Part
+    """Median seconds of one forward per batch size (encode; extract with ``labels``)."""
+    from sift_server.adapters.base import EncodeTask, ExtractTask, Part, TaskInput
+    from sift_server.engine import padding
 
+    def prepare(batch: list[str]) -> Any:
+        task: TaskInput = EncodeTask(batch) if labels is None else ExtractTask(batch, labels)
+        return adapter.prepare(task)
+
+    fixed_tokens = _fixed_tokens(adapter, prepare, texts)
     out: dict[str, Any] = {}
     for size in sorted(set(sizes)):
-        parts = []
+        forwards = []
         for b in range(_BATCHES_PER_SIZE):
-            batch = [texts[(b * size + k) % len(texts)] for k in range(size)]
-            parts.append([Part(adapter.prepare(EncodeTask(batch)), 0, size)])
-        adapter.forward(parts[0])  # not timed: first call at this shape
+            prepared = prepare([texts[(b * size + k) % len(texts)] for k in range(size)])
+            groups = padding.plan(prepared.item_costs, fixed_tokens)
+            forwards.append([[Part(prepared, i, i + 1) for i in group] for group in groups])
+
+        def run(chunks: list[list[Any]]) -> None:
+            for chunk in chunks:
+                adapter.forward(chunk)
+
+        run(forwards[0])  # not timed: first call at this shape
         times: list[float] = []
         until = time.perf_counter() + min_time_s
         while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() < until):
-            batch_parts = parts[len(times) % len(parts)]
+            chunks = forwards[len(times) % len(forwards)]
             t0 = time.perf_counter()
-            adapter.forward(batch_parts)
+            run(chunks)
             times.append(time.perf_counter() - t0)
         mid = median(times)
         out[str(size)] = {"median_s": mid, "items_per_s": size / mid, "times_s": times}
         progress(size)
     return out
+
+
+def _fixed_tokens(adapter: Any, prepare: Callable[[list[str]], Any], texts: Sequence[str]) -> float | None:
+    """The forward's fixed cost in tokens, from uniform batches of the shortest text
+    (fastest of three per size), as the server's forward-cost line would learn it."""
+    from sift_server.adapters.base import Part
+    from sift_server.engine.forward_cost import ForwardCost
+
+    probe = min(texts, key=len)
+    cost = ForwardCost()
+    for size in (1, 4, 16):
+        prepared = prepare([probe] * size)
+        parts = [Part(prepared, 0, size)]
+        adapter.forward(parts)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            adapter.forward(parts)
+            best = min(best, time.perf_counter() - t0)
+        cost.observe(sum(prepared.item_costs), best)
+    return cost.fixed_tokens
 
 
 def summarize(sizes: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +109,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-time", type=float, default=0.5)
     parser.add_argument("--min-reps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workload", choices=WORKLOADS, default="short")
+    parser.add_argument("--labels", help="comma-separated: measure extract forwards with these labels")
     args = parser.parse_args(argv)
 
     from sift_server.registry.catalog import Catalog
@@ -85,8 +125,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     def note(size: int) -> None:
         print(f"ceiling: batch {size} done", file=sys.stderr, flush=True)
 
+    labels = args.labels.split(",") if args.labels else None
+    texts = texts_for(args.workload, seed=args.seed)
     measured = measure(
-        adapter, make_texts(seed=args.seed), sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note
+        adapter, texts, sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note, labels=labels
     )
     result = {
         "model": args.model,
@@ -110,6 +152,8 @@ def run_ceiling(
     seed: int,
     log_path: Path,
     timeout_s: float = 1800.0,
+    workload: Workload = "short",
+    labels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Measure in a pinned child process; raises ``RuntimeError`` on failure."""
     command = [
@@ -120,6 +164,8 @@ def run_ceiling(
         "--torch-threads", str(torch_threads),
         "--min-time", str(min_time_s),
         "--seed", str(seed),
+        "--workload", workload,
+        *(["--labels", ",".join(labels)] if labels else []),
         *[arg for folder in catalogs for arg in ("--catalog", str(folder))],
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sift_server.bench.heads import HEADS
 from sift_server.bench.server_proc import default_cpus
+from sift_server.bench.workload import WORKLOADS
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.policy import POLICIES
+
+# Test heads are built once per machine (tens of seconds) and reused.
+HEADS_CACHE = Path.home() / ".cache" / "sift" / "bench-heads"
 
 HELP = "measure the batching engine: compare policies and code revisions through the HTTP API"
 
@@ -75,6 +80,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="CPU list of this load generator ('none' to unpin; default: the second CPU)")  # fmt: skip
     runs.add_argument("--quick", action="store_true", help="short phases: a smoke run of a few minutes")
     runs.add_argument("--seed", type=int, default=0, help="seed of the input texts")
+    runs.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="short",
+        help="short: 8-24 word sentences; mixed: 5-40 words with 1 in 20 near the model's limit",
+    )
+    runs.add_argument(
+        "--head",
+        choices=HEADS,
+        help="serve a test head built on the packaged all-MiniLM-L6-v2 weights (extract workload)",
+    )
     runs.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for a server's /readyz")
 
     out = p.add_argument_group("output")
@@ -143,6 +159,13 @@ def main(args: argparse.Namespace) -> int:
     )
     server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
     out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
+    model, catalogs, labels = args.model, list(args.catalog), None
+    if args.head:
+        from sift_server.bench import heads
+
+        print(f"sift bench: building the {args.head} test head (once; cached under {HEADS_CACHE})", file=sys.stderr)
+        model, head_catalog, labels = heads.build(args.head, HEADS_CACHE)
+        catalogs.append(head_catalog)
 
     policies = args.arm or ([] if args.rev else list(POLICIES))
     arms: list[Arm] = [policy_arm(p) if p in POLICIES else backend_arm(p) for p in dict.fromkeys(policies)]
@@ -164,8 +187,10 @@ def main(args: argparse.Namespace) -> int:
             arms=arms,
             out_dir=out_dir,
             trials=args.trials,
-            model=args.model,
-            catalogs=list(args.catalog),
+            model=model,
+            catalogs=catalogs,
+            workload=args.workload,
+            labels=labels,
             plan=plan,
             client=client,
             server_cpus=server_cpus,

@@ -37,7 +37,9 @@ class Outcome:
 class Transport(Protocol):
     kind: str
 
-    async def encode(self, request_id: str, texts: list[str]) -> Outcome: ...
+    async def send(self, request_id: str, texts: list[str]) -> Outcome:
+        """Encode ``texts`` (or, with labels, extract from them) and check the answer."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -56,6 +58,13 @@ def validate_dense(matrix: Any, items: int, dims: int | None) -> str | None:
         return f"expected float vectors, got {matrix.dtype}"
     if not bool(np.isfinite(matrix).all()):
         return "non-finite values"
+    return None
+
+
+def validate_extract(results: Any, items: int) -> str | None:
+    """Why ``results`` is not one extract result per item (None: it is)."""
+    if not isinstance(results, list) or len(results) != items:
+        return f"expected {items} extract results, got {type(results).__name__}"
     return None
 
 
@@ -124,26 +133,36 @@ class SdkTransport(_HookedClient):
         max_connections: int,
         timeout: float,
         http_transport: httpx.AsyncBaseTransport | None = None,
+        labels: list[str] | None = None,
     ) -> None:
         from sift_sdk import AsyncSiftClient
 
         super().__init__(max_connections, timeout, http_transport)
         self.model = model
         self.dims = dims
+        self.labels = labels
         self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self.http)
 
-    async def encode(self, request_id: str, texts: list[str]) -> Outcome:
+    async def send(self, request_id: str, texts: list[str]) -> Outcome:
         exchange = _Exchange(request_id)
         token = self.exchange.set(exchange)
         try:
-            matrix = await self._client.encode(self.model, texts)
+            if self.labels is not None:
+                results = await self._client.extract(self.model, list(texts), labels=self.labels)
+            else:
+                matrix = await self._client.encode(self.model, texts)
         except Exception as exc:  # every failure is an invalid response, never a crash
             return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}", exchange.issued)
         finally:
             self.exchange.reset(token)
         if self._client.last_retry_count:
             return Outcome(False, exchange.status, f"retried {self._client.last_retry_count} times", exchange.issued)
-        error = _check(exchange.status, exchange.echoed, request_id) or validate_dense(matrix, len(texts), self.dims)
+        error = _check(exchange.status, exchange.echoed, request_id)
+        if error is None:
+            if self.labels is not None:
+                error = validate_extract(results, len(texts))
+            else:
+                error = validate_dense(matrix, len(texts), self.dims)
         return Outcome(error is None, exchange.status, error, exchange.issued)
 
     async def aclose(self) -> None:
@@ -188,13 +207,19 @@ class HttpxTransport(_HookedClient):
         max_connections: int,
         timeout: float,
         http_transport: httpx.AsyncBaseTransport | None = None,
+        labels: list[str] | None = None,
     ) -> None:
         super().__init__(max_connections, timeout, http_transport)
         self.dims = dims
-        self._url = f"{base_url.rstrip('/')}/v1/encode/{model}"
+        self.labels = labels
+        route = "extract" if labels is not None else "encode"
+        self._url = f"{base_url.rstrip('/')}/v1/{route}/{model}"
 
-    async def encode(self, request_id: str, texts: list[str]) -> Outcome:
-        body = msgpack.packb({"items": [{"text": text} for text in texts]}, use_bin_type=True)
+    async def send(self, request_id: str, texts: list[str]) -> Outcome:
+        request: dict[str, Any] = {"items": [{"text": text} for text in texts]}
+        if self.labels is not None:
+            request["params"] = {"labels": self.labels}
+        body = msgpack.packb(request, use_bin_type=True)
         headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
         exchange = _Exchange(request_id)
         token = self.exchange.set(exchange)
@@ -207,7 +232,11 @@ class HttpxTransport(_HookedClient):
         error = _check(response.status_code, exchange.echoed, request_id)
         if error is None:
             try:
-                error = validate_dense(decode_encode_response(response.content, len(texts)), len(texts), self.dims)
+                if self.labels is not None:
+                    answer = msgpack.unpackb(response.content, raw=False, strict_map_key=False)
+                    error = validate_extract(answer.get("items"), len(texts))
+                else:
+                    error = validate_dense(decode_encode_response(response.content, len(texts)), len(texts), self.dims)
             except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
                 error = f"malformed response: {type(exc).__name__}: {exc}"
         return Outcome(error is None, response.status_code, error, exchange.issued)
@@ -225,11 +254,19 @@ def sdk_available() -> bool:
 
 
 def make_transport(
-    kind: ClientKind, base_url: str, model: str, dims: int | None, *, max_connections: int = 64, timeout: float = 120.0
+    kind: ClientKind,
+    base_url: str,
+    model: str,
+    dims: int | None,
+    *,
+    max_connections: int = 64,
+    timeout: float = 120.0,
+    labels: list[str] | None = None,
 ) -> Transport:
+    """Encode requests, or extract requests with ``labels``."""
     if kind == "sdk":
-        return SdkTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout)
-    return HttpxTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout)
+        return SdkTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, labels=labels)
+    return HttpxTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, labels=labels)
 
 
 def fetch_dims(base_url: str, model: str, timeout: float = 10.0) -> int | None:

@@ -83,7 +83,7 @@ class PhaseContext:
 
     async def send_prepared(self, request_id: str, texts: list[str], group: int) -> RequestRecord:
         send = time.perf_counter()
-        outcome = await self.transport.encode(request_id, texts)
+        outcome = await self.transport.send(request_id, texts)
         recv = time.perf_counter()
         self.progress(1)
         if not outcome.ok:

@@ -38,7 +38,7 @@ from sift_server.bench.phases import PhaseAborted, PhaseContext, PhasePlan, Phas
 from sift_server.bench.server_cpu import CpuSampler
 from sift_server.bench.server_proc import ServerProcess, ServerSpec, ServerStartError
 from sift_server.bench.targets import evaluate
-from sift_server.bench.workload import make_texts
+from sift_server.bench.workload import Workload, texts_for
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.trace import ForwardRecord, read_trace
 
@@ -62,6 +62,9 @@ class BenchConfig:
     seed: int = 0
     ready_timeout_s: float = 300.0
     items_per_request: int = 1
+    workload: Workload = "short"
+    # Extract requests with these labels instead of encode requests.
+    labels: list[str] | None = None
     plots: bool = True
     progress: bool | None = None  # None: progress bars on a terminal only
     command_line: list[str] | None = None
@@ -236,7 +239,7 @@ def run_one(
     sampler: CpuSampler | None = None
     warm: list[PhaseResult] = []
     measured: list[PhaseResult] = []
-    texts = make_texts(seed=config.seed)
+    texts = texts_for(config.workload, seed=config.seed)
     try:
         progress.phase(f"{arm.name}: starting server", None)
         server.start()
@@ -244,15 +247,16 @@ def run_one(
         sampler = CpuSampler(server.process.pid).start()
         run["server"] = {"port": server.port, "startup_s": server.startup_s, "command": server.command}
         progress.log(f"trial {trial + 1} · {arm.name}: server ready in {server.startup_s:.1f} s")
-        dims = fetch_dims(server.url, config.model)
+        dims = fetch_dims(server.url, config.model) if config.labels is None else None
         run["dims"] = dims
-        if dims is None:
+        if dims is None and config.labels is None:
             problems.append("the server did not report the model's dense dims")
 
         async def drive() -> None:
             transport = make_transport(
                 config.client, server.url, config.model, dims,
                 max_connections=max((*config.plan.burst_sizes, *config.plan.concurrencies, 1)) * 2,
+                labels=config.labels,
             )  # fmt: skip
             ctx = PhaseContext(
                 transport, texts, tag, items_per_request=config.items_per_request, progress=progress.tick
@@ -433,6 +437,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                     config.model, config.catalogs, sizes,
                     cpus=config.server_cpus, torch_threads=config.torch_threads,
                     min_time_s=config.ceiling_min_time_s, seed=config.seed, log_path=out / "logs" / "ceiling.log",
+                    workload=config.workload, labels=config.labels,
                 )  # fmt: skip
             except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                 results["warnings"].append(f"ceiling not measured: {exc}")

@@ -1,9 +1,23 @@
-"""The inputs every arm and the in-process ceiling see: a fixed pool of short,
-varied English sentences (8 to 24 words), the same for a given seed."""
+"""The inputs every arm and the in-process ceiling see, the same for a given seed.
+
+Two workloads:
+
+* ``short``: short, varied English sentences (8 to 24 words);
+* ``mixed``: what users send, one text of 5 to 40 words in most requests and,
+  in one request in twenty, a passage near the model's limit (180 to 220
+  words, about 240 to 290 word pieces: truncated to 256 by all-MiniLM-L6-v2).
+  Under sustained load a batching rule that favours cheap requests starves
+  these; a workload of uniform short sentences would never show it.
+"""
 
 from __future__ import annotations
 
 import random
+from typing import Literal
+
+Workload = Literal["short", "mixed"]
+WORKLOADS: tuple[Workload, ...] = ("short", "mixed")
+LONG_SHARE = 0.05
 
 _SUBJECTS = (
     "the server", "a small model", "our team", "the scheduler", "every request", "the new index",
@@ -39,3 +53,27 @@ def make_texts(count: int = 256, seed: int = 0) -> list[str]:
         sentence = " ".join(words)
         texts.append(sentence[0].upper() + sentence[1:] + ".")
     return texts
+
+
+def _words(rng: random.Random, count: int) -> list[str]:
+    """``count`` words of running text made of the same phrase pool."""
+    words: list[str] = []
+    while len(words) < count:
+        words += [rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS), rng.choice(_TAILS)]
+        words = " ".join(words).split()
+    return words[:count]
+
+
+def make_mixed_texts(count: int = 256, seed: int = 0) -> list[str]:
+    """``count`` deterministic texts of user-like mixed lengths (see the module doc)."""
+    rng = random.Random(f"mixed:{seed}")
+    texts = []
+    for _ in range(count):
+        length = rng.randint(180, 220) if rng.random() < LONG_SHARE else rng.randint(5, 40)
+        sentence = " ".join(_words(rng, length))
+        texts.append(sentence[0].upper() + sentence[1:] + ".")
+    return texts
+
+
+def texts_for(workload: Workload, count: int = 256, seed: int = 0) -> list[str]:
+    return make_mixed_texts(count, seed) if workload == "mixed" else make_texts(count, seed)

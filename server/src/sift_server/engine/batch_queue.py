@@ -1,16 +1,24 @@
 """Pending requests of one model and one LoRA lane, and how a batch is taken from them.
 
 Pure code: no asyncio, no torch, no clock. A request carries its prepared items
-and their real token costs; extraction takes whole requests in cost order (to
-limit padding) under a request cap and a token-cost cap. A request is split
-across forwards only when it alone exceeds a cap.
+and their real token costs; extraction takes whole requests in arrival order
+under a request cap and a token-cost cap, so a request with ``k`` requests
+queued ahead of it in its lane runs in one of the next ``k + 1`` forwards of
+the lane, whatever the lengths around it. A request is split across forwards
+only when it alone exceeds the cost cap.
+
+``order="cost"`` is the earlier rule (companions of the head in ascending cost,
+to limit padding), kept so the simulator can show what it did under sustained
+load: a long text was passed over until it became the head, again and again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+Order = Literal["arrival", "cost"]
 
 
 @dataclass(slots=True)
@@ -76,11 +84,16 @@ class BatchQueue:
         self.pending.append(request)
 
     def remove(self, request_id: str) -> Pending | None:
-        """Drop a request that has not started (its client went away)."""
+        """Drop a request, started or not: its client went away, or a slice of
+        it failed, so its remaining items must not run."""
         for index, request in enumerate(self.pending):
-            if request.request_id == request_id and request.next_item == 0:
+            if request.request_id == request_id:
                 return self.pending.pop(index)
         return None
+
+    def older_than(self, cutoff: float) -> list[Pending]:
+        """Requests admitted before ``cutoff`` that have not started."""
+        return [p for p in self.pending if p.arrival < cutoff and p.next_item == 0]
 
     @property
     def head(self) -> Pending | None:
@@ -89,10 +102,6 @@ class BatchQueue:
     @property
     def total_items(self) -> int:
         return sum(p.remaining_items for p in self.pending)
-
-    @property
-    def total_cost(self) -> int:
-        return sum(p.remaining_cost for p in self.pending)
 
     def compatible_with_head(self) -> list[Pending]:
         head = self.head
@@ -105,12 +114,16 @@ class BatchQueue:
         group = self.compatible_with_head()
         return len(group) >= caps.max_requests or sum(p.remaining_cost for p in group) >= caps.max_cost
 
-    def take(self, caps: Caps) -> list[Slice]:
+    def compatible_count(self) -> int:
+        return len(self.compatible_with_head())
+
+    def take(self, caps: Caps, order: Order = "arrival") -> list[Slice]:
         """Remove and return the next batch.
 
         The head is always served (a partly served head first, so a split
         request finishes before new work). Other compatible requests join in
-        ascending cost order while both caps hold.
+        arrival order until a cap is reached (``order="cost"``: cheapest
+        first, skipping any that would pass the cost cap).
         """
         head = self.head
         if head is None:
@@ -119,14 +132,15 @@ class BatchQueue:
             return [self._take_prefix_of(head, caps)]
         chosen: list[Pending] = [head]
         cost = head.remaining_cost
-        others = sorted(
-            (p for p in self.pending[1:] if p.compat_key == head.compat_key and p.next_item == 0),
-            key=lambda p: p.remaining_cost,
-        )
+        others = [p for p in self.pending[1:] if p.compat_key == head.compat_key and p.next_item == 0]
+        if order == "cost":
+            others.sort(key=lambda p: p.remaining_cost)
         for candidate in others:
             if len(chosen) >= caps.max_requests:
                 break
             if cost + candidate.remaining_cost > caps.max_cost:
+                if order == "arrival":
+                    break  # no newer request passes an older one
                 continue
             chosen.append(candidate)
             cost += candidate.remaining_cost

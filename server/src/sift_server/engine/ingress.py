@@ -1,15 +1,23 @@
 """Ingress signals of one model: requests whose headers arrived but that are
-not admitted yet, and their arrival times (fed to the arrival model).
+not admitted yet.
 
-Cheap enough to leave on: two integer updates and one float comparison per request.
+The HTTP layer opens a ticket when a request's headers arrive (``begin``) and
+the request ends it exactly once (admitted, or refused before admission). The
+count and the arrival times belong to the scheduler; this is only the
+ticket-shaped handle the HTTP layer holds. Cheap enough to leave on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
-from sift_server.engine.arrivals import ArrivalModel
+
+class IngressSink(Protocol):
+    def header_arrived(self, now: float) -> None: ...
+
+    def ingress_ended(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -26,21 +34,17 @@ class IngressTicket:
             self.board._ended()
 
 
-@dataclass(slots=True)
 class IngressBoard:
-    arrivals: ArrivalModel = field(default_factory=ArrivalModel)
-    pending: int = 0
-    # Called when the count drops, so a worker holding a head can re-decide.
-    on_change: Callable[[], None] | None = None
-    # Whether the model has queued or running work (set by the worker).
-    has_work: Callable[[], bool] = lambda: False
+    def __init__(self, sink: IngressSink, on_change: Callable[[], None] | None = None) -> None:
+        self._sink = sink
+        # Called when a ticket ends, so a worker holding a head can re-decide.
+        self._on_change = on_change
 
     def begin(self, now: float) -> IngressTicket:
-        self.arrivals.observe(now, in_flight=self.pending > 0 or self.has_work())
-        self.pending += 1
+        self._sink.header_arrived(now)
         return IngressTicket(now, self)
 
     def _ended(self) -> None:
-        self.pending -= 1
-        if self.on_change is not None:
-            self.on_change()
+        self._sink.ingress_ended()
+        if self._on_change is not None:
+            self._on_change()

@@ -14,8 +14,8 @@ from typing import Literal, Protocol
 
 from sift_server.engine.arrivals import ArrivalModel
 
-Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "drain"]
-REASONS: tuple[Reason, ...] = ("lone", "burst-complete", "full", "window", "max-wait", "drain")
+Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing"]
+REASONS: tuple[Reason, ...] = ("lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class LaneView:
     head_arrival: float
     last_arrival: float
     requests: int
+    # The head's compatible requests reach a cap of the batch the lane would take now.
     fills_cap: bool
 
 
@@ -38,7 +39,18 @@ class SchedulerState:
     # Requests of this model whose headers arrived but that are not admitted yet.
     ingress_pending: int
     arrivals: ArrivalModel
-    draining: bool = False
+    # Shutting down: everything queued runs at once, nothing waits.
+    closing: bool = False
+    # The returning wave of the last forward (engine.returns): requests still
+    # expected (already limited to what fits the batch), and by when.
+    wave_expected: int = 0
+    # Requests in ingress while a wave is returning (its arrivals, being read).
+    wave_in_ingress: int = 0
+    wave_deadline: float = float("-inf")
+    # All of a reliable wave has come back: what is queued now is that wave.
+    wave_back: bool = False
+    # Fixed seconds of a forward (engine.forward_cost); None while unknown.
+    fixed_cost: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +94,42 @@ def _common(state: SchedulerState) -> Decision | LaneView:
     lane = _oldest_lane(state)
     if lane is None:
         return Idle()
-    if state.draining:
-        return Dispatch(lane.lane, "drain")
+    if state.closing:
+        return Dispatch(lane.lane, "closing")
     if lane.fills_cap:
         return Dispatch(lane.lane, "full")
-    if lane.head_arrival <= state.last_forward_end:
-        # Work that queued behind a forward: continuous batching, no extra wait.
-        return Dispatch(lane.lane, "drain")
     return lane
+
+
+def _is_backlog(state: SchedulerState, lane: LaneView) -> bool:
+    """The head queued behind a forward (continuous batching: it waited already)."""
+    return lane.head_arrival <= state.last_forward_end
+
+
+def wave_hold(state: SchedulerState, lane: LaneView, now: float, max_hold: float) -> WaitUntil | None:
+    """Wait for the rest of a returning wave, where that pays.
+
+    Closed-loop clients split into two halves keep the worker busy (each half
+    comes back while the other runs), so a cycle costs ``F(q) + F(r) = 2a +
+    b(q + r)``; waiting ``d`` seconds for the rest of the wave and running one
+    forward costs ``a + b(q + r) + d``. Holding pays exactly when the
+    forward's fixed part ``a`` exceeds the wait ``d``.
+    Bounded by the wave's learned allowance (only requests already in ingress
+    may be waited for past it, their admission wakes the worker) and always by
+    ``max_hold`` after the forward ended (the hold starts there; a head that
+    queued behind the forward has waited for it already)."""
+    if state.fixed_cost is None or (state.wave_expected <= 0 and not state.wave_in_ingress):
+        return None
+    bound = max(lane.head_arrival, state.last_forward_end) + max_hold
+    if state.wave_expected > 0:
+        until = min(state.wave_deadline, bound)
+        wait = until - now
+    else:
+        # Only requests being read are missing: their admission wakes the worker long before ``bound``.
+        until, wait = bound, 0.0
+    if now >= until or state.fixed_cost <= wait:
+        return None
+    return WaitUntil(until)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +142,17 @@ class ImmediatePolicy:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
+        if _is_backlog(state, lane):
+            return Dispatch(lane.lane, "backlog")
         return Dispatch(lane.lane, "lone" if lane.requests == 1 else "burst-complete")
 
 
 @dataclass(frozen=True, slots=True)
 class TimedPolicy:
-    """The reference: on an idle worker, wait until arrivals are quiet for
-    ``idle_coalesce`` seconds, bounded by ``max_wait`` after the head."""
+    """The reference: whenever the worker is free, wait until arrivals are
+    quiet for ``idle_coalesce`` seconds, bounded by ``max_wait`` after the head
+    (work that queued behind a forward included: that is how the reference
+    collects a returning wave into one forward)."""
 
     idle_coalesce: float = 0.003
     max_wait: float = 0.015
@@ -144,6 +188,11 @@ class AdaptivePolicy:
       (the burst came out smaller than predicted);
     * otherwise ``lone`` / ``burst-complete``: nothing more is expected.
 
+    Before those, and for work that queued behind a forward too: hold for the
+    rest of a returning wave where that pays (``wave_hold``); then work that
+    queued behind a forward goes at once (``backlog``), or ``wave`` once a
+    wave held for is back.
+
     Followers are counted by the arrival model, never by comparing its
     cluster size with the lane: part of a cluster may already have run (or
     sit in another lane), and under random traffic that comparison held heads
@@ -164,6 +213,13 @@ class AdaptivePolicy:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
+        held = wave_hold(state, lane, now, self.max_hold)
+        if held is not None:
+            return held
+        if state.wave_back and lane.requests > 1:
+            return Dispatch(lane.lane, "wave")
+        if _is_backlog(state, lane):
+            return Dispatch(lane.lane, "backlog")
         arrivals = state.arrivals
         # A burst that is known to be coming may trickle in slowly (a slow
         # client spreads 32 requests over a hundred milliseconds): while its

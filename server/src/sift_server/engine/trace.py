@@ -27,6 +27,8 @@ class ForwardRecord:
     items: int
     cost: int
     decided: float
+    # Sub-forwards of similar length the batch ran as (engine.padding).
+    chunks: int = 1
     start: float = 0.0
     end: float = 0.0
     error: str | None = None

@@ -1,9 +1,9 @@
-"""The worker shell of one model: admission, per-lane queues, the scheduler
-task and the executor thread.
+"""The asyncio shell of one model's scheduler: futures, the executor thread, timers.
 
-All batching decisions are made by the pure policy; this module only turns
-them into asyncio waits and forwards. It wakes on events (admission, ingress
-change, forward end, cancellation, a policy deadline) and never polls.
+All batching state and decisions live in the synchronous ``Scheduler``; this
+module only turns its answers into asyncio waits and forwards. It wakes on
+events (admission, ingress change, forward end, cancellation, a policy or
+queue deadline) and never polls.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sift_server.adapters.base import Part, Prepared
-from sift_server.engine.arrivals import ArrivalModel
-from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
 from sift_server.engine.clock import Clock, monotonic
 from sift_server.engine.ingress import IngressBoard, IngressTicket
-from sift_server.engine.policy import Dispatch, LaneView, Policy, SchedulerState, WaitUntil
+from sift_server.engine.policy import Dispatch, Policy, WaitUntil
+from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
 from sift_server.engine.trace import ForwardRecord, NullTrace, TraceSink
-from sift_server.errors import InferenceError, QueueFull, ShuttingDown, SiftError
+from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown, SiftError
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +55,11 @@ class Ticket:
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    caps: Caps = field(default_factory=Caps)
-    # Caps of drains under sustained load (the model's efficient batch); None: same as ``caps``.
-    drain_caps: Caps | None = None
-    max_queue_items: int = 512
-    default_lane: str = "default"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Added to the forward thread's nice value (Linux: per thread); 0 leaves it alone.
     forward_nice: int = 0
     # Yield the CPU right after handing a forward to its thread (see _start_forward).
     yield_on_dispatch: bool = True
-    # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
-    link_gap: float = 0.002
-    busy_link_gap: float = 0.050
-    quiet_gap: float = 0.005
 
 
 def _lower_thread_priority(nice: int) -> None:
@@ -78,6 +69,13 @@ def _lower_thread_priority(nice: int) -> None:
 
 
 class ModelWorker:
+    """Turns the scheduler's answers into asyncio waits and forwards.
+
+    The scheduler (``engine/scheduler.py``) owns every piece of batching state;
+    this shell owns only what asyncio needs: each request's future and timing,
+    the executor thread, one timer, and the shutdown event.
+    """
+
     def __init__(
         self,
         model: str,
@@ -90,27 +88,15 @@ class ModelWorker:
         observers: Sequence[Callable[[ForwardRecord], None]] = (),
     ) -> None:
         self.model = model
-        self.policy = policy
         self.config = config
+        self.scheduler = Scheduler(policy, config.scheduler)
         self._forward = forward
         self._clock = clock
         self._trace = trace or NullTrace()
         self._observers = list(observers)
-        self._queues: dict[str, BatchQueue] = {}
-        self._tickets: dict[int, Ticket] = {}
+        self._tickets: dict[str, Ticket] = {}
         self._ids = itertools.count()
-        self._forward_ids = itertools.count()
-        self.ingress = IngressBoard(
-            arrivals=ArrivalModel(
-                link_gap=config.link_gap, busy_link_gap=config.busy_link_gap, quiet_gap=config.quiet_gap
-            ),
-            on_change=self._wake,
-            has_work=lambda: self.busy or self.queued_requests > 0,
-        )
-        self.busy = False
-        self.draining = False
-        self.last_forward_end = float("-inf")
-        self.forwards_run = 0
+        self.ingress = IngressBoard(self.scheduler, on_change=self._wake)
         # One forward at a time per model: a single dedicated thread, at a lower
         # CPU priority than the event loop so that reading and admitting a burst
         # is not starved by a running forward on a shared core.
@@ -123,8 +109,30 @@ class ModelWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._decision_pending = False
-        self._drained: asyncio.Event | None = None
+        self._running: asyncio.Future[list[list[Any]] | None] | None = None
+        self._emptied: asyncio.Event | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._stopped = False
+
+    @property
+    def policy(self) -> Policy:
+        return self.scheduler.policy
+
+    @property
+    def busy(self) -> bool:
+        return self.scheduler.busy
+
+    @property
+    def forwards_run(self) -> int:
+        return self.scheduler.forwards_run
+
+    @property
+    def queued_items(self) -> int:
+        return self.scheduler.queued_items
+
+    @property
+    def queued_requests(self) -> int:
+        return self.scheduler.queued_requests
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -134,37 +142,37 @@ class ModelWorker:
 
     async def close(self, grace_s: float, error: SiftError | None = None) -> None:
         """Stop admitting, finish queued and in-flight work within ``grace_s``,
-        then fail whatever remains with ``error`` (default: shutting down)."""
-        if self._stopped:
-            return
-        self.draining = True
-        self._drained = asyncio.Event()
-        self._check_drained()
+        then fail whatever remains with ``error`` (default: shutting down).
+        Safe to call more than once (signal, lifespan and eviction may all
+        call it): later calls wait for the first one."""
+        if self._closing is None:
+            self.scheduler.close()  # admit nothing from here on
+            self._closing = asyncio.ensure_future(self._close(grace_s, error))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, grace_s: float, error: SiftError | None) -> None:
+        self._emptied = asyncio.Event()
+        self._check_emptied()
         self._wake()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._drained.wait(), grace_s)
+            await asyncio.wait_for(self._emptied.wait(), grace_s)
         self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._cancel_timer()
         failure = error or ShuttingDown("The server is shutting down; the request was not run.")
-        for queue in self._queues.values():
-            for pending in list(queue.pending):
-                self._fail(pending.payload, failure)
-            queue.pending.clear()
-        # In-flight forwards past the grace period: their requests get the error too.
-        for ticket in list(self._tickets.values()):
-            self._fail(ticket, failure)
+        # Queued requests, and those of a forward still running past the grace period.
+        for key in list(self._tickets):
+            self.scheduler.abort(key)
+            self._fail(self._tickets[key], failure)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def forward_finished(self) -> None:
+        """Wait until no forward runs (its thread may still use the model)."""
+        running = self._running
+        if running is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(running)
+
     # ---- admission -------------------------------------------------------
-
-    @property
-    def queued_items(self) -> int:
-        return sum(q.total_items for q in self._queues.values())
-
-    @property
-    def queued_requests(self) -> int:
-        return sum(len(q) for q in self._queues.values())
 
     def submit(
         self,
@@ -179,27 +187,18 @@ class ModelWorker:
         now = self._clock()
         arrival = ingress.arrival if ingress is not None else now
         try:
-            if self.draining or self._stopped:
+            if self._stopped:
                 raise ShuttingDown("The server is shutting down and admits no new work.")
-            n_items = len(prepared.item_costs)
-            # An empty queue admits any one request (its size was checked at the API).
-            queued = self.queued_items
-            if queued and queued + n_items > self.config.max_queue_items:
-                raise QueueFull(
-                    f"Model '{self.model}' has {queued} items queued "
-                    f"(limit {self.config.max_queue_items}); retry shortly."
-                )
+            key = str(next(self._ids))
+            try:
+                self.scheduler.admit(key, prepared.item_costs, now, lane=lane, compat_key=prepared.compat_key)
+            except QueueFull as exc:
+                raise QueueFull(f"Model '{self.model}': {exc.message}") from None
             loop = asyncio.get_running_loop()
+            n_items = len(prepared.item_costs)
             ticket = Ticket(request_id, prepared, loop.create_future(), arrival, now, [None] * n_items)
-            key = next(self._ids)
             self._tickets[key] = ticket
-            lane_name = lane or self.config.default_lane
-            queue = self._queues.get(lane_name)
-            if queue is None:
-                queue = self._queues[lane_name] = BatchQueue(lane_name)
-            pending = Pending(str(key), prepared.item_costs, now, prepared.compat_key, ticket)
-            queue.add(pending)
-            ticket.future.add_done_callback(lambda fut: self._on_ticket_done(key, lane_name, fut))
+            ticket.future.add_done_callback(lambda fut: self._on_ticket_done(key, fut))
         finally:
             # Admission (or its refusal) ends ingress; the queue already holds it.
             if ingress is not None:
@@ -209,12 +208,13 @@ class ModelWorker:
             self._wake()
         return ticket
 
-    def _on_ticket_done(self, key: int, lane: str, fut: asyncio.Future[list[Any]]) -> None:
+    def _on_ticket_done(self, key: str, fut: asyncio.Future[list[Any]]) -> None:
         self._tickets.pop(key, None)
-        if fut.cancelled():
-            queue = self._queues.get(lane)
-            if queue is not None and queue.remove(str(key)) is not None:
-                self._wake()
+        if not fut.cancelled() and fut.exception() is None:
+            return  # answered: the scheduler hears of it when its forward completes
+        # Failed or cancelled: none of its remaining items may run.
+        if self.scheduler.abort(key):
+            self._wake()
 
     # ---- scheduling ------------------------------------------------------
 
@@ -226,122 +226,154 @@ class ModelWorker:
         self._decision_pending = True
         self._loop.call_soon(self._decide)
 
-    def _state(self) -> SchedulerState:
-        lanes = [
-            LaneView(
-                lane=q.lane,
-                head_arrival=q.pending[0].arrival,
-                last_arrival=q.pending[-1].arrival,
-                requests=len(q),
-                fills_cap=q.would_fill(self.config.caps),
-            )
-            for q in self._queues.values()
-            if q.pending
-        ]
-        return SchedulerState(
-            lanes=lanes,
-            busy=self.busy,
-            last_forward_end=self.last_forward_end,
-            ingress_pending=self.ingress.pending,
-            arrivals=self.ingress.arrivals,
-            draining=self.draining,
-        )
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _decide(self) -> None:
         """Apply the policy: start a forward, or arm a timer for its deadline.
         Runs on every event; there is no scheduler task and no polling."""
         self._decision_pending = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timer()
         if self._stopped or self._loop is None:
             return
         now = self._clock()
-        decision = self.policy.decide(self._state(), now)
+        for key in self.scheduler.expire(now):
+            ticket = self._tickets.get(key)
+            if ticket is not None:
+                timeout = self.scheduler.config.queue_timeout
+                self._fail(
+                    ticket,
+                    QueueTimeout(
+                        f"Model '{self.model}' could not start the request within {timeout:g} s; retry shortly."
+                    ),
+                )
+        decision = self.scheduler.decide(now)
+        deadline = self.scheduler.next_expiry()
         if isinstance(decision, Dispatch):
             self._start_forward(decision, now)
+            deadline = None  # the forward's end decides again
         elif isinstance(decision, WaitUntil):
-            self._timer = self._loop.call_later(max(0.0, decision.deadline - now), self._wake)
+            deadline = decision.deadline if deadline is None else min(deadline, decision.deadline)
         else:
-            self._check_drained()
+            self._check_emptied()
+        if deadline is not None:
+            self._timer = self._loop.call_later(max(0.0, deadline - now), self._wake)
 
     def _start_forward(self, decision: Dispatch, decided: float) -> None:
         assert self._loop is not None
-        queue = self._queues[decision.lane]
-        caps = self.config.caps
-        if decision.reason == "drain" and self.config.drain_caps is not None and not self.draining:
-            caps = self.config.drain_caps
-        slices = queue.take(caps)
-        if not slices:
+        batch = self.scheduler.take(decision, decided)
+        if batch is None:
             return
-        tickets: list[Ticket] = [s.pending.payload for s in slices]
+        tickets = [self._tickets[s.pending.request_id] for s in batch.slices]
         record = ForwardRecord(
             model=self.model,
-            lane=decision.lane,
-            forward_id=next(self._forward_ids),
-            reason=decision.reason,
+            lane=batch.lane,
+            forward_id=batch.forward_id,
+            reason=batch.reason,
             request_ids=[t.request_id for t in tickets],
             arrivals=[t.arrival for t in tickets],
             admitted=[t.admitted for t in tickets],
-            items=sum(s.stop - s.start for s in slices),
-            cost=sum(s.cost for s in slices),
+            items=batch.items,
+            cost=batch.cost,
             decided=decided,
+            chunks=max(1, len(batch.chunks)),
         )
-        parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(slices, tickets, strict=True)]
-        self.busy = True
-        running = self._loop.run_in_executor(self._executor, self._timed_forward, parts, record)
-        running.add_done_callback(lambda fut: self._forward_done(fut, slices, tickets, record))
+        running = self._loop.run_in_executor(self._executor, self._timed_forward, batch, tickets, record)
+        self._running = running
+        running.add_done_callback(lambda fut: self._forward_done(fut, batch, tickets, record))
         if self.config.yield_on_dispatch:
             # Give the forward thread the GIL and the core now: otherwise it waits
             # for this loop turn's bookkeeping, which is off the critical path.
             os.sched_yield()
 
     def _forward_done(
-        self, fut: asyncio.Future[list[list[Any]]], slices: list[Slice], tickets: list[Ticket], record: ForwardRecord
+        self, fut: asyncio.Future[list[list[Any]] | None], batch: Batch, tickets: list[Ticket], record: ForwardRecord
     ) -> None:
-        try:
-            exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-            if exc is not None:
-                log.error("forward %s of model %s failed: %r", record.forward_id, self.model, exc)
-                record.error = f"{type(exc).__name__}: {exc}"
-                failure = InferenceError(f"Internal error while running model '{self.model}'.")
-                for ticket in tickets:
-                    self._fail(ticket, failure)
-            else:
-                self._fan_out(slices, tickets, fut.result(), record)
-        finally:
-            self.busy = False
-            self.forwards_run += 1
-            self.last_forward_end = self._clock()
-            self._trace.write(record)
-            for observer in self._observers:
-                observer(record)
+        self._running = None
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            log.error("forward %s of model %s failed: %r", record.forward_id, self.model, exc)
+            record.error = f"{type(exc).__name__}: {exc}"
+        if record.start == 0.0:  # cancelled before its thread ran it
+            record.start = record.end = self._clock()
+        self.scheduler.complete(batch, record.start, record.end, ok=exc is None)
+        if exc is not None:
+            # Requests answered by an earlier sub-forward keep their answers.
+            failure = InferenceError(f"Internal error while running model '{self.model}'.")
+            for ticket in tickets:
+                self._fail(ticket, failure)
+        else:
+            outputs = fut.result()
+            if outputs is not None:  # None: delivered sub-forward by sub-forward
+                self._fan_out(batch, tickets, outputs, record)
+        self._trace.write(record)
+        for observer in self._observers:
+            observer(record)
         # Work that arrived during the forward is decided on at once.
         self._decide()
-        self._check_drained()
+        self._check_emptied()
 
-    def _check_drained(self) -> None:
-        if self._drained is not None and not self.busy and not self.queued_requests:
-            self._drained.set()
+    def _check_emptied(self) -> None:
+        if self._emptied is not None and self.scheduler.idle:
+            self._emptied.set()
 
-    def _timed_forward(self, parts: Sequence[Part], record: ForwardRecord) -> list[list[Any]]:
+    def _timed_forward(self, batch: Batch, tickets: Sequence[Ticket], record: ForwardRecord) -> list[list[Any]] | None:
+        """Runs in the forward thread. One sub-forward: returns one output list
+        per slice. Several (similar lengths together, shortest first): hands
+        each one's outputs to the loop as soon as it ends, so the short texts
+        of a batch are answered without waiting for its long one; returns None."""
         record.start = self._clock()
         try:
-            return self._forward(parts)
+            if len(batch.chunks) <= 1:
+                parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(batch.slices, tickets, strict=True)]
+                return self._checked_forward(parts)
+            assert self._loop is not None
+            counted: set[int] = set()
+            for chunk in batch.chunks:
+                results = self._checked_forward([Part(tickets[k].prepared, i, i + 1) for k, i in chunk])
+                self._loop.call_soon_threadsafe(self._deliver, chunk, results, tickets, record, counted)
+            return None
         finally:
             record.end = self._clock()
 
-    def _fan_out(
-        self, slices: Sequence[Slice], tickets: Sequence[Ticket], outputs: list[list[Any]], record: ForwardRecord
+    def _checked_forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        outputs = self._forward(parts)
+        if len(outputs) != len(parts):
+            raise InferenceError(f"Model '{self.model}' returned {len(outputs)} results for {len(parts)} parts.")
+        return outputs
+
+    def _deliver(
+        self,
+        chunk: Sequence[tuple[int, int]],
+        results: list[list[Any]],
+        tickets: Sequence[Ticket],
+        record: ForwardRecord,
+        counted: set[int],
     ) -> None:
-        if len(outputs) != len(slices):
-            failure = InferenceError(
-                f"Model '{self.model}' returned {len(outputs)} results for {len(slices)} requests."
-            )
-            for ticket in tickets:
-                self._fail(ticket, failure)
-            return
-        for piece, ticket, out in zip(slices, tickets, outputs, strict=True):
+        """Outputs of one sub-forward, one item per part; a request whose items
+        are all done is answered now."""
+        now = self._clock()
+        for (k, i), result in zip(chunk, results, strict=True):
+            ticket = tickets[k]
+            if ticket.future.done():
+                continue  # its client went away: drop the result
+            if k not in counted:
+                counted.add(k)
+                if ticket.timing.forwards == 0:
+                    ticket.timing.queue_s = record.start - ticket.admitted
+                ticket.timing.forwards += 1
+            ticket.outputs[i] = result[0]
+            ticket.done_items += 1
+            if ticket.done_items == len(ticket.outputs):
+                ticket.timing.inference_s += now - record.start
+                ticket.future.set_result(ticket.outputs)
+
+    def _fan_out(
+        self, batch: Batch, tickets: Sequence[Ticket], outputs: list[list[Any]], record: ForwardRecord
+    ) -> None:
+        for piece, ticket, out in zip(batch.slices, tickets, outputs, strict=True):
             if ticket.future.done():
                 continue  # its client went away mid-forward: drop the result
             if ticket.timing.forwards == 0:

@@ -2,9 +2,11 @@
 batch size, so the engine can use batch size as a throughput knob.
 
 On a CPU a forward of 8 short texts can run more items per second than a
-forward of 32 (cache and padding effects), so under sustained load the worker
-drains the queue in batches of the efficient size instead of "everything that
+forward of 32 (cache and padding effects), so under sustained load the
+scheduler caps batches at the efficient size instead of "everything that
 queued". Bursts after idle time are not affected: they still run as one forward.
+The same points seed the scheduler's forward-cost line (its fixed part decides
+whether holding for a returning wave pays).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class Curve:
     @property
     def items_per_second(self) -> dict[int, float]:
         return {n: n / s for n, s in self.seconds.items()}
+
+    @property
+    def points(self) -> list[tuple[int, float]]:
+        """(tokens, seconds) of each measured forward."""
+        return [(n * self.tokens_per_item, s) for n, s in self.seconds.items()]
 
     @property
     def best_size(self) -> int:
@@ -56,8 +63,8 @@ def measure(adapter: Adapter, sizes: Sequence[int] = SIZES, repeats: int = 3) ->
     return Curve(seconds, tokens)
 
 
-def drain_caps(curve: Curve | None, caps: Caps) -> Caps | None:
-    """Caps for drains under load: the efficient batch expressed in tokens (so
+def load_caps(curve: Curve | None, caps: Caps) -> Caps | None:
+    """Caps under sustained load: the efficient batch expressed in tokens (so
     longer texts make smaller batches). None when bigger is simply better."""
     if curve is None or curve.best_size >= max(curve.seconds):
         return None

@@ -202,6 +202,8 @@ class Registry:
         if worker is not None:
             # Queued requests are told to come back; the model reloads on demand.
             await worker.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))
+            # A forward still running in its thread uses the weights: release them after it.
+            await worker.forward_finished()
         if adapter is not None:
             adapter.close()
         gc.collect()

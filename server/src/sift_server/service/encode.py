@@ -66,8 +66,10 @@ async def encode(
     params = body.params
     options = dict(params.options or {}) if params else {}
     check_profile(options, path_profile)
-    assert record.adapter is not None
-    output_types = _output_types(params.output_types if params else None, options, record.adapter.info.outputs)
+    # Read what the response needs now: the model may be evicted while the request waits.
+    adapter = record.adapter
+    assert adapter is not None
+    output_types = _output_types(params.output_types if params else None, options, adapter.info.outputs)
     dtype = _output_dtype(params.output_dtype if params else None, options)
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
     task = EncodeTask(
@@ -81,7 +83,7 @@ async def encode(
     outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
 
     post_start = time.perf_counter()
-    dims = record.adapter.info.dims.get("dense", 0)
+    dims = adapter.info.dims.get("dense", 0)
     items_out: list[dict[str, Any]] = []
     assert body.items is not None
     for item, vector in zip(body.items, outputs, strict=True):

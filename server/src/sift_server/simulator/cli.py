@@ -6,21 +6,19 @@ import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sift_server.engine.batch_queue import Caps
-from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.simulator import plots
-from sift_server.simulator.forward_model import PRESETS, LinearForward, load_fitted
+from sift_server.simulator.forward_model import PRESETS, ForwardPreset, load_fitted
 from sift_server.simulator.report import (
     summary_table,
     verdict_table,
     verdicts,
     write_json,
 )
-from sift_server.simulator.runner import Matrix, run_matrix
+from sift_server.simulator.runner import ARMS, Matrix, make_arm, run_matrix
 from sift_server.simulator.scenarios import TraceConfig, system_capacity
 
 HELP = "replay arrival traces through the batching policies on a virtual clock"
@@ -33,7 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fit", type=Path, metavar="FILE", help='measured {"batch_seconds": {"1": s, ...}}: adds a fitted model'
     )
-    parser.add_argument("--policy", action="append", choices=POLICIES, help="policy (repeatable; default: all)")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        choices=ARMS,
+        help="policy, or adaptive-old for the rules before the engine-core rework (repeatable; default: all)",
+    )
     parser.add_argument("--out", type=Path, metavar="DIR", help="write results.json and PNG figures here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--family", action="append", default=[], metavar="TEXT", help="only families containing TEXT")
@@ -63,11 +66,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _forwards(args: argparse.Namespace) -> list[LinearForward]:
+def _forwards(args: argparse.Namespace) -> list[ForwardPreset]:
     names = args.forward or ([] if args.fit else sorted(PRESETS, reverse=True))
     if args.forward is None and args.fit:
         names = sorted(PRESETS, reverse=True)
-    forwards = [PRESETS[name] for name in dict.fromkeys(names)]
+    forwards: list[ForwardPreset] = [PRESETS[name] for name in dict.fromkeys(names)]
     if args.fit:
         forwards.append(load_fitted(args.fit))
     return forwards
@@ -82,20 +85,16 @@ def _traces(args: argparse.Namespace) -> TraceConfig:
 
 def run(args: argparse.Namespace) -> int:
     forwards = _forwards(args)
-    policies = list(dict.fromkeys(args.policy or POLICIES))
-    makers = [
-        partial(
-            make_policy,
-            name,
-            max_hold_ms=args.max_hold_ms,
-            idle_coalesce_ms=args.idle_coalesce_ms,
-            max_wait_ms=args.max_wait_ms,
+    policies = list(dict.fromkeys(args.policy or ARMS))
+    arms = [
+        make_arm(
+            name, max_hold_ms=args.max_hold_ms, idle_coalesce_ms=args.idle_coalesce_ms, max_wait_ms=args.max_wait_ms
         )
         for name in policies
     ]
     matrix = Matrix(
         forwards=forwards,
-        policies=makers,
+        arms=arms,
         traces=_traces(args),
         caps=Caps(max_requests=args.max_requests, max_cost=args.max_cost),
         pending_time=args.pending_time,

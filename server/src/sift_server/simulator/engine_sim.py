@@ -1,15 +1,17 @@
-"""A discrete-event loop that mirrors the worker shell on a virtual clock.
+"""A discrete-event loop that drives the server's own scheduler on a virtual clock.
 
-The shell's state (``engine/worker.py``) is reproduced field by field: one
-``BatchQueue`` per lane whose ``Pending.arrival`` is the admission time, an
-``ArrivalModel`` fed with header-arrival times, the ingress count (headers
-arrived, request not admitted yet), the ``busy`` flag and the end of the last
-forward. The shell wakes on admission, forward end and a ``WaitUntil``
-deadline (a header arrival only updates the ingress board), so those are the
-events at which a ``SchedulerState`` is built and the policy decides:
+The worker shell (``engine/worker.py``) and this loop drive the very same
+``Scheduler`` object (queues, busy state, admission, the arrival, wave and
+forward-cost models): the shell with asyncio and a thread, this loop with
+events on a heap. What differs is only time: header arrivals and admissions
+come from a client model, and a forward ends after the forward model's time.
 
-* ``Dispatch``: a batch is taken with ``BatchQueue.take(caps)`` and its forward
-  ends at ``now + F(items)``;
+The shell decides on admission, ingress end, forward end and a ``WaitUntil``
+deadline (a header arrival only updates the ingress count), so those are the
+events at which this loop asks ``Scheduler.decide``:
+
+* ``Dispatch``: ``Scheduler.take`` forms the batch; its forward ends at
+  ``now + F(batch)``, when ``Scheduler.complete`` is told;
 * ``WaitUntil(t)``: a timer re-decides at ``t`` (a newer event re-decides
   earlier and replaces the timer);
 * ``Idle``: nothing happens until the next event.
@@ -22,28 +24,26 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Literal, Protocol
 
-from sift_server.engine.arrivals import ArrivalModel
-from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
-from sift_server.engine.policy import (
-    Decision,
-    Dispatch,
-    Idle,
-    LaneView,
-    SchedulerState,
-    WaitUntil,
-)
-from sift_server.engine.worker import WorkerConfig
+from sift_server.engine.batch_queue import Caps
+from sift_server.engine.policy import Decision, Dispatch, Idle, SchedulerState, WaitUntil
+from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
 from sift_server.simulator.traces import Arrival, Client
 
 # What a queued request's ``Pending.arrival`` holds: the time it was admitted
 # (what the worker shell stores) or the time its headers arrived.
 PendingTime = Literal["arrival", "admission"]
-DEFAULT_LANE = "base"
+DEFAULT_LANE = "default"
+
+
+class ForwardModel(Protocol):
+    """Seconds of one forward, given each item's cost (tokens)."""
+
+    def batch_seconds(self, costs: Sequence[int]) -> float: ...
 
 
 class SimPolicy(Protocol):
@@ -137,35 +137,42 @@ def _default_lane(arrival: Arrival) -> str:
     return DEFAULT_LANE
 
 
+def _seconds(forward: Callable[[int], float] | ForwardModel, costs: Sequence[int]) -> float:
+    if hasattr(forward, "batch_seconds"):
+        return float(forward.batch_seconds(costs))
+    assert callable(forward)
+    return float(forward(len(costs)))
+
+
 class EngineSim:
-    """One model's worker under one policy, fed by one client."""
+    """One model's scheduler under one policy, fed by one client."""
 
     def __init__(
         self,
         policy: SimPolicy,
-        forward: Callable[[int], float],
+        forward: Callable[[int], float] | ForwardModel,
         client: Client,
         *,
         caps: Caps | None = None,
-        arrival_model: ArrivalModel | None = None,
+        config: SchedulerConfig | None = None,
         pending_time: PendingTime = "admission",
         wake_on_header: bool = False,
         lane_of: Callable[[Arrival], str] = _default_lane,
         forward_name: str = "",
         log_decisions: bool = False,
         max_events: int = 50_000_000,
+        arm: str | None = None,
     ) -> None:
         self.policy = policy
+        self.arm = arm or policy.name
         self.forward = forward
         self.client = client
-        self.caps = caps if caps is not None else Caps()
-        # The server's own arrival-model settings, so the simulator replays what it runs.
-        server = WorkerConfig()
-        self.arrivals = (
-            arrival_model
-            if arrival_model is not None
-            else ArrivalModel(link_gap=server.link_gap, busy_link_gap=server.busy_link_gap, quiet_gap=server.quiet_gap)
-        )
+        # The server's own scheduler settings unless told otherwise, so the simulator replays what it runs.
+        config = config if config is not None else SchedulerConfig()
+        if caps is not None:
+            config = replace(config, caps=caps)
+        self.scheduler = Scheduler(policy, config)
+        self.caps = config.caps
         self.pending_time: PendingTime = pending_time
         self.wake_on_header = wake_on_header
         self.lane_of = lane_of
@@ -174,14 +181,9 @@ class EngineSim:
         self.decision_log: list[tuple[float, Decision]] | None = [] if log_decisions else None
 
         self.now = 0.0
-        self.queues: dict[str, BatchQueue] = {}
-        self.ingress_pending = 0
-        self.busy = False
-        self.last_forward_end = -math.inf
-
         self.requests: dict[str, SimRequest] = {}
         self.forwards: list[SimForward] = []
-        self._finishing: dict[int, list[str]] = {}
+        self._running: tuple[Batch, float] | None = None
         self._heap: list[_Event] = []
         self._seq = 0
         self._timer_deadline: float | None = None
@@ -207,7 +209,7 @@ class EngineSim:
                 self._decide()
         self._check_finished()
         return SimResult(
-            policy=self.policy.name,
+            policy=self.arm,
             family=self.client.family,
             kind=self.client.kind,
             forward=self.forward_name,
@@ -243,31 +245,31 @@ class EngineSim:
 
     def _handle(self, event: _Event) -> None:
         if event.kind is EventKind.ARRIVAL:
-            in_flight = self.busy or self.ingress_pending > 0 or any(len(q) for q in self.queues.values())
-            self.arrivals.observe(self.now, in_flight=in_flight)
-            self.ingress_pending += 1
+            self.scheduler.header_arrived(self.now)
         elif event.kind is EventKind.ADMISSION:
             assert isinstance(event.payload, Arrival)
             self._admit(event.payload)
         elif event.kind is EventKind.FORWARD_END:
-            assert isinstance(event.payload, int)
-            self._end_forward(event.payload)
+            self._end_forward()
         else:
             self._timer_deadline = None
 
     def _admit(self, arrival: Arrival) -> None:
-        self.ingress_pending -= 1
-        lane = self.requests[arrival.request_id].lane
-        queue = self.queues.get(lane)
-        if queue is None:
-            queue = self.queues[lane] = BatchQueue(lane)
+        self.scheduler.ingress_ended()
         stamp = arrival.arrival if self.pending_time == "arrival" else arrival.admission
-        queue.add(Pending(request_id=arrival.request_id, item_costs=[arrival.cost] * arrival.items, arrival=stamp))
+        self.scheduler.admit(
+            arrival.request_id,
+            [arrival.cost] * arrival.items,
+            stamp,
+            lane=self.requests[arrival.request_id].lane,
+        )
 
-    def _end_forward(self, forward_id: int) -> None:
-        self.busy = False
-        self.last_forward_end = self.now
-        for request_id in self._finishing.pop(forward_id):
+    def _end_forward(self) -> None:
+        assert self._running is not None
+        batch, started = self._running
+        self._running = None
+        done = self.scheduler.complete(batch, started, self.now)
+        for request_id in done.finished:
             self.requests[request_id].end = self.now
             for arrival in self.client.on_complete(request_id, self.now):
                 self._accept(arrival)
@@ -275,27 +277,10 @@ class EngineSim:
     # -- deciding -----------------------------------------------------------
 
     def state(self) -> SchedulerState:
-        lanes = [
-            LaneView(
-                lane=queue.lane,
-                head_arrival=queue.pending[0].arrival,
-                last_arrival=queue.pending[-1].arrival,
-                requests=len(queue),
-                fills_cap=queue.would_fill(self.caps),
-            )
-            for queue in self.queues.values()
-            if len(queue)
-        ]
-        return SchedulerState(
-            lanes=lanes,
-            busy=self.busy,
-            last_forward_end=self.last_forward_end,
-            ingress_pending=self.ingress_pending,
-            arrivals=self.arrivals,
-        )
+        return self.scheduler.state(self.now)
 
     def _decide(self) -> None:
-        decision = self.policy.decide(self.state(), self.now)
+        decision = self.scheduler.decide(self.now)
         self._decisions += 1
         if self.decision_log is not None:
             self.decision_log.append((self.now, decision))
@@ -320,23 +305,18 @@ class EngineSim:
             self._timer_deadline = None
 
     def _dispatch(self, decision: Dispatch) -> None:
-        if self.busy:
+        if self._running is not None:
             raise SimulationError(f"{self.policy.name} dispatched while a forward runs")
-        queue = self.queues.get(decision.lane)
-        slices = queue.take(self.caps) if queue is not None else []
-        if not slices:
+        batch = self.scheduler.take(decision, self.now)
+        if batch is None:
             raise SimulationError(f"{self.policy.name} dispatched empty lane {decision.lane!r}")
         forward_id = len(self.forwards)
-        items = sum(s.stop - s.start for s in slices)
-        end = self.now + self.forward(items)
-        finishing = []
-        for piece in slices:
+        end = self.now + sum(_seconds(self.forward, [batch.item_cost(at) for at in chunk]) for chunk in batch.chunks)
+        for piece in batch.slices:
             request = self.requests[piece.pending.request_id]
             if math.isnan(request.start):
                 request.start = self.now
             request.forwards.append(forward_id)
-            if piece.is_last:
-                finishing.append(request.request_id)
         self.forwards.append(
             SimForward(
                 forward_id=forward_id,
@@ -344,33 +324,36 @@ class EngineSim:
                 reason=decision.reason,
                 start=self.now,
                 end=end,
-                request_ids=tuple(s.pending.request_id for s in slices),
-                items=items,
-                cost=sum(s.cost for s in slices),
+                request_ids=tuple(batch.request_ids),
+                items=batch.items,
+                cost=batch.cost,
             )
         )
-        self._finishing[forward_id] = finishing
-        self.busy = True
+        self._running = (batch, self.now)
         self._push(end, EventKind.FORWARD_END, forward_id)
 
     def _check_finished(self) -> None:
         unfinished = [r.request_id for r in self.requests.values() if not r.done]
-        if unfinished or self.busy or self.ingress_pending or any(len(q) for q in self.queues.values()):
+        if unfinished or self._running or self.scheduler.ingress_pending or self.scheduler.queued_requests:
             raise SimulationError(
                 f"{self.policy.name} left work behind: {len(unfinished)} unfinished requests "
-                f"(e.g. {unfinished[:3]}), busy={self.busy}, ingress={self.ingress_pending}"
+                f"(e.g. {unfinished[:3]}), busy={self._running is not None}, "
+                f"ingress={self.scheduler.ingress_pending}"
             )
 
 
 def simulate(
     policy: SimPolicy,
-    forward: Callable[[int], float],
+    forward: Callable[[int], float] | ForwardModel,
     client: Client,
     *,
     caps: Caps | None = None,
+    config: SchedulerConfig | None = None,
     pending_time: PendingTime = "admission",
     log_decisions: bool = False,
 ) -> SimResult:
-    """Run one client through one policy on a fresh worker."""
-    sim = EngineSim(policy, forward, client, caps=caps, pending_time=pending_time, log_decisions=log_decisions)
+    """Run one client through one policy on a fresh scheduler."""
+    sim = EngineSim(
+        policy, forward, client, caps=caps, config=config, pending_time=pending_time, log_decisions=log_decisions
+    )
     return sim.run()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +35,50 @@ class LinearForward:
         return f"{self.name}: F(n) = {self.a * 1e3:.3g} ms + {self.b * 1e3:.3g} ms * n"
 
 
+@dataclass(frozen=True, slots=True)
+class PaddedForward:
+    """A text model on a CPU: ``F = a + per_token * slots``, where ``slots =
+    items * width`` and the width is the batch's longest item (every row is
+    padded to it), so mixing one long text into a batch of short ones costs
+    what the padding costs. Past ``efficient_tokens`` slots each one costs
+    ``spill`` more per doubling (caches overflow: measured +12 % from 16 to 32
+    short sentences), which is why the server caps batches there under
+    sustained load (what its calibration finds); None: no such effect."""
+
+    a: float
+    per_token: float
+    name: str = "padded"
+    # For Poisson loads and capacities: the cost of a typical item.
+    typical_tokens: int = 32
+    efficient_tokens: int | None = None
+    spill: float = 0.12
+
+    def batch_seconds(self, costs: Sequence[int]) -> float:
+        if not costs:
+            raise ValueError("a forward runs at least one item")
+        slots = len(costs) * max(costs)
+        factor = 1.0
+        if self.efficient_tokens and slots > self.efficient_tokens:
+            factor += self.spill * math.log2(slots / self.efficient_tokens)
+        return self.a + self.per_token * slots * factor
+
+    def __call__(self, n: int) -> float:
+        return self.batch_seconds([self.typical_tokens] * n)
+
+    def capacity(self, max_batch: int) -> float:
+        return max_batch / self(max_batch)
+
+    def describe(self) -> str:
+        return f"{self.name}: F = {self.a * 1e3:.3g} ms + {self.per_token * 1e3:.3g} ms * items * longest item (tokens)"
+
+
 GPU_LIKE = LinearForward(a=0.008, b=0.00015, name="gpu")
 CPU_LIKE = LinearForward(a=0.0006, b=0.0009, name="cpu")
-PRESETS: dict[str, LinearForward] = {"gpu": GPU_LIKE, "cpu": CPU_LIKE}
+# all-MiniLM-L6-v2 on one core of the 2-core VM (calibration: 23 ms for one
+# 16-token sentence, 127 ms for 16, 283 ms for 32: efficient at 16 x 16 tokens).
+CPU_TEXT = PaddedForward(a=0.016, per_token=0.00044, name="cpu-text", efficient_tokens=256)
+ForwardPreset = LinearForward | PaddedForward
+PRESETS: dict[str, ForwardPreset] = {"gpu": GPU_LIKE, "cpu": CPU_LIKE, "cpu-text": CPU_TEXT}
 
 
 def fit_linear(points: Mapping[int, float], name: str = "fitted") -> LinearForward:

@@ -30,6 +30,9 @@ class Summary:
     queue_mean: float
     latency_mean: float
     latency_p95: float
+    latency_p50: float
+    latency_p99: float
+    latency_max: float
     # Requests per second over the scored part of the run.
     throughput: float
     forwards: int
@@ -40,6 +43,11 @@ class Summary:
     # Most common split patterns, e.g. {"8": 38, "1+7": 2}.
     burst_patterns: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tail_ratio(self) -> float:
+        """Latency p99 / p50: how far the slowest requests fall behind the typical one."""
+        return self.latency_p99 / self.latency_p50 if self.latency_p50 > 0 else math.nan
 
 
 def summarize(result: SimResult) -> Summary:
@@ -76,6 +84,9 @@ def summarize(result: SimResult) -> Summary:
         queue_mean=_mean(queue),
         latency_mean=_mean(latency),
         latency_p95=percentile(latency, 95),
+        latency_p50=percentile(latency, 50),
+        latency_p99=percentile(latency, 99),
+        latency_max=max(latency),
         throughput=len(scored) / span if span > 0 else math.inf,
         forwards=len(forwards),
         mean_batch=_mean([f.size for f in forwards]),

@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from sift_server.simulator.metrics import Summary
 from sift_server.simulator.report import MAIN_FIGURE, MEAN_LATENCY, QUEUE_P95, Criterion, Verdict
 
-COLORS = {"adaptive": "tab:green", "timed": "tab:blue", "immediate": "tab:orange"}
+COLORS = {"adaptive": "tab:green", "timed": "tab:blue", "immediate": "tab:orange", "adaptive-old": "tab:gray"}
 
 
 def _ordered(values: Sequence[str]) -> list[str]:

@@ -23,7 +23,7 @@ class Criterion:
     attr: str
     label: str
     higher_is_better: bool
-    unit: Literal["ms", "share"]
+    unit: Literal["ms", "share", "rate", "ratio"]
 
     def value(self, summary: Summary) -> float:
         return float(getattr(summary, self.attr))
@@ -32,12 +32,20 @@ class Criterion:
         value = self.value(summary)
         if math.isnan(value):
             return "-"
-        return f"{value:.0%}" if self.unit == "share" else f"{value * 1e3:.3f}ms"
+        if self.unit == "share":
+            return f"{value:.0%}"
+        if self.unit == "rate":
+            return f"{value:.1f}/s"
+        if self.unit == "ratio":
+            return f"{value:.2f}x"
+        return f"{value * 1e3:.3f}ms"
 
 
 QUEUE_P95 = Criterion("queue_p95", "queue p95", False, "ms")
 ONE_FORWARD = Criterion("one_forward_share", "bursts in 1 fwd", True, "share")
 MEAN_LATENCY = Criterion("latency_mean", "mean latency", False, "ms")
+THROUGHPUT = Criterion("throughput", "req/s", True, "rate")
+TAIL = Criterion("tail_ratio", "p99/p50", False, "ratio")
 
 # The main figure per trace kind, compared lexicographically.
 MAIN_FIGURE: dict[str, tuple[Criterion, ...]] = {
@@ -45,6 +53,7 @@ MAIN_FIGURE: dict[str, tuple[Criterion, ...]] = {
     "bursts": (ONE_FORWARD, MEAN_LATENCY),
     "poisson": (MEAN_LATENCY,),
     "replay": (MEAN_LATENCY,),
+    "closed": (THROUGHPUT, TAIL),
 }
 
 
@@ -52,7 +61,12 @@ def compare(a: Summary, b: Summary, criteria: Sequence[Criterion]) -> int:
     """-1 if ``a`` is better on the main figure, 1 if worse, 0 if tied."""
     for criterion in criteria:
         va, vb = criterion.value(a), criterion.value(b)
-        tolerance = 1e-9 if criterion.unit == "share" else max(ABS_TOL, REL_TOL * min(abs(va), abs(vb)))
+        if criterion.unit == "share":
+            tolerance = 1e-9
+        elif criterion.unit in ("rate", "ratio"):
+            tolerance = REL_TOL * min(abs(va), abs(vb))
+        else:
+            tolerance = max(ABS_TOL, REL_TOL * min(abs(va), abs(vb)))
         if abs(va - vb) <= tolerance:
             continue
         better = va > vb if criterion.higher_is_better else va < vb
@@ -117,7 +131,7 @@ def _ms(seconds: float) -> str:
 def summary_table(summaries: Sequence[Summary]) -> str:
     header = [
         "forward", "family", "policy", "q p50 ms", "q p95 ms", "q p99 ms", "mean lat ms",
-        "fwd/burst", "1-fwd", "req/s", "batch", "splits", "reasons",
+        "lat p99/p50", "lat max/p50", "fwd/burst", "1-fwd", "req/s", "batch", "splits", "reasons",
     ]  # fmt: skip
     rows = []
     for s in summaries:
@@ -130,6 +144,8 @@ def summary_table(summaries: Sequence[Summary]) -> str:
                 _ms(s.queue_p95),
                 _ms(s.queue_p99),
                 _ms(s.latency_mean),
+                f"{s.tail_ratio:.2f}",
+                f"{s.latency_max / s.latency_p50:.2f}" if s.latency_p50 > 0 else "-",
                 "-" if math.isnan(s.forwards_per_burst) else f"{s.forwards_per_burst:.2f}",
                 "-" if math.isnan(s.one_forward_share) else f"{s.one_forward_share:.0%}",
                 f"{s.throughput:.0f}",

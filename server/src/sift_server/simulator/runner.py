@@ -1,46 +1,80 @@
-"""Run every (forward model, trace family, policy) combination."""
+"""Run every (forward model, trace family, arm) combination.
+
+An arm is a policy together with the scheduler's batch-forming rules. Besides
+the three policies, ``adaptive-old`` replays the rules before the engine-core
+rework (companions in cost order, no hold for a returning wave), so a run
+shows what they did under sustained load next to what the server does now.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sift_server.engine.batch_queue import Caps
+from sift_server.engine.batch_queue import Caps, Order
+from sift_server.engine.policy import POLICIES, make_policy
+from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
-from sift_server.simulator.forward_model import LinearForward
+from sift_server.simulator.forward_model import ForwardPreset
 from sift_server.simulator.metrics import Summary, summarize
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
+
+OLD_RULES = "adaptive-old"
+ARMS = (*POLICIES, OLD_RULES)
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    name: str
+    policy: Callable[[], SimPolicy]
+    order: Order = "arrival"
+    wave_hold: bool = True
+
+
+def make_arm(name: str, **policy_options: float) -> Arm:
+    """An arm by name (``ARMS``); options go to ``make_policy``."""
+    if name == OLD_RULES:
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), order="cost", wave_hold=False)
+    return Arm(name, lambda: make_policy(name, **policy_options))
 
 
 @dataclass(frozen=True, slots=True)
 class Matrix:
-    forwards: Sequence[LinearForward]
-    policies: Sequence[Callable[[], SimPolicy]]
+    forwards: Sequence[ForwardPreset]
+    arms: Sequence[Arm]
     traces: TraceConfig
     caps: Caps = field(default_factory=Caps)
     pending_time: PendingTime = "admission"
     family_filter: Sequence[str] = ()
 
 
-def families_for(matrix: Matrix, forward: LinearForward) -> list[Family]:
+def families_for(matrix: Matrix, forward: ForwardPreset) -> list[Family]:
     families = default_families(forward, matrix.caps, matrix.traces)
     if matrix.family_filter:
         families = [f for f in families if any(key in f.name for key in matrix.family_filter)]
     return families
 
 
+def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> SchedulerConfig:
+    """The server's scheduler settings, with this matrix's caps and the arm's rules."""
+    efficient = getattr(forward, "efficient_tokens", None)
+    load_caps = replace(matrix.caps, max_cost=min(matrix.caps.max_cost, efficient)) if efficient else None
+    return SchedulerConfig(caps=matrix.caps, load_caps=load_caps, order=arm.order, wave_hold=arm.wave_hold)
+
+
 def run_matrix(matrix: Matrix) -> list[Summary]:
     summaries = []
     for forward in matrix.forwards:
         for family in families_for(matrix, forward):
-            for make_policy in matrix.policies:
+            for arm in matrix.arms:
                 sim = EngineSim(
-                    make_policy(),
+                    arm.policy(),
                     forward,
                     family.make(),
-                    caps=matrix.caps,
+                    config=scheduler_config(matrix, forward, arm),
                     pending_time=matrix.pending_time,
                     forward_name=forward.name,
+                    arm=arm.name,
                 )
                 summaries.append(summarize(sim.run()))
     return summaries

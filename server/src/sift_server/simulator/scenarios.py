@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from functools import partial
 
 from sift_server.engine.batch_queue import Caps
-from sift_server.simulator.forward_model import LinearForward
+from sift_server.simulator.forward_model import ForwardPreset, PaddedForward
 from sift_server.simulator.traces import (
     DEFAULT_INGRESS,
     Client,
     Kind,
     bursts,
+    closed_loop,
     poisson,
     sequential,
 )
@@ -40,6 +41,10 @@ class TraceConfig:
     loads: tuple[float, ...] = (0.3, 0.6, 0.9)
     poisson_duration: float = 2.0
     poisson_warmup: float = 0.1
+    # Closed loops of callers sending user-like mixed-length texts.
+    closed_clients: tuple[int, ...] = (8, 32)
+    closed_per_client: int = 60
+    closed_turnaround: float = 0.002
 
 
 def family_seed(seed: int, name: str) -> int:
@@ -47,7 +52,7 @@ def family_seed(seed: int, name: str) -> int:
     return zlib.crc32(f"{seed}:{name}".encode())
 
 
-def system_capacity(forward: LinearForward, caps: Caps, ingress: float) -> float:
+def system_capacity(forward: ForwardPreset, caps: Caps, ingress: float) -> float:
     """Requests/s the model sustains: the forward at the request cap, or the
     single ingress server if that is the slower of the two."""
     capacity = forward.capacity(caps.max_requests)
@@ -58,7 +63,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:g}ms"
 
 
-def default_families(forward: LinearForward, caps: Caps, config: TraceConfig) -> list[Family]:
+def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) -> list[Family]:
     families: list[Family] = []
 
     def add(name: str, kind: Kind, make: Callable[[], Client]) -> None:
@@ -105,6 +110,23 @@ def default_families(forward: LinearForward, caps: Caps, config: TraceConfig) ->
                 family_seed(config.seed, name),
                 ingress=config.ingress,
                 warmup=config.poisson_warmup,
+            ),
+        )
+    # Mixed lengths only where the forward model prices them (padding).
+    mixed = isinstance(forward, PaddedForward)
+    for clients in config.closed_clients:
+        name = f"closed{clients}-mixed" if mixed else f"closed{clients}"
+        add(
+            name,
+            "closed",
+            partial(
+                closed_loop,
+                clients,
+                config.closed_per_client,
+                config.closed_turnaround,
+                family_seed(config.seed, name),
+                ingress=config.ingress,
+                mixed=mixed,
             ),
         )
     return families

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 DEFAULT_INGRESS = 0.00015
 DEFAULT_COST = 12
 
-Kind = Literal["sequential", "bursts", "poisson", "replay"]
+Kind = Literal["sequential", "bursts", "poisson", "replay", "closed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +174,69 @@ class BurstClient:
         return arrivals
 
 
+def mixed_cost(rng: random.Random, max_tokens: int = 256) -> int:
+    """Tokens of one text from a user-like mix: mostly sentences of 5-40
+    words, one in twenty a long passage near the model's limit."""
+    if rng.random() < 0.05:
+        return rng.randint(max_tokens * 3 // 4, max_tokens)
+    words = rng.randint(5, 40)
+    return 2 + round(words * 1.3)
+
+
+@dataclass(slots=True)
+class ClosedLoopClient:
+    """``clients`` callers, each sending its next request ``turnaround``
+    (± ``jitter``) after its previous answer, ``per_client`` requests each, one
+    text per request with user-like mixed lengths (``mixed_cost``). The first
+    ``warmup`` requests of each caller are not scored."""
+
+    clients: int
+    per_client: int
+    turnaround: float
+    jitter: float
+    seed: int
+    ingress: IngressQueue = field(default_factory=IngressQueue)
+    # None: user-like mixed lengths (``mixed_cost``); else every text costs this.
+    fixed_cost: int | None = None
+    max_tokens: int = 256
+    warmup: int = 5
+    family: str = "closed"
+    kind: Kind = "closed"
+    _rng: random.Random = field(init=False)
+    _sent: dict[int, int] = field(default_factory=dict, init=False)
+    _last: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.clients < 1 or self.per_client < 1 or self.turnaround < 0 or not 0 <= self.jitter <= self.turnaround:
+            raise ValueError("invalid closed-loop trace parameters")
+        self._rng = random.Random(f"closed:{self.seed}")
+
+    def start(self) -> list[Arrival]:
+        # All callers start within the first few milliseconds, in random order.
+        starts = sorted((self._rng.uniform(0.0, 0.002), c) for c in range(self.clients))
+        return [self._issue(c, at) for at, c in starts]
+
+    def on_complete(self, request_id: str, now: float) -> list[Arrival]:
+        caller = int(request_id[1:].split(".")[0])
+        if self._sent[caller] >= self.per_client:
+            return []
+        delay = self.turnaround + self._rng.uniform(-self.jitter, self.jitter)
+        return [self._issue(caller, now + delay)]
+
+    def _issue(self, caller: int, at: float) -> Arrival:
+        # Ingress reads requests in the order they arrive: never before the last one.
+        at = self._last = max(at, self._last)
+        index = self._sent.get(caller, 0)
+        self._sent[caller] = index + 1
+        return Arrival(
+            request_id=f"c{caller}.{index}",
+            arrival=at,
+            admission=self.ingress.admit(at),
+            cost=mixed_cost(self._rng, self.max_tokens) if self.fixed_cost is None else self.fixed_cost,
+            scored=index >= self.warmup,
+        )
+
+
 @dataclass(slots=True)
 class ReplayClient:
     """Open loop over a fixed list of arrivals (Poisson, hand-written tests)."""
@@ -210,6 +273,26 @@ def bursts(
         seed=seed,
         ingress=IngressQueue(ingress),
         warmup=warmup,
+    )
+
+
+def closed_loop(
+    clients: int,
+    per_client: int,
+    turnaround: float,
+    seed: int,
+    ingress: float = DEFAULT_INGRESS,
+    jitter: float | None = None,
+    mixed: bool = True,
+) -> ClosedLoopClient:
+    return ClosedLoopClient(
+        fixed_cost=None if mixed else DEFAULT_COST,
+        clients=clients,
+        per_client=per_client,
+        turnaround=turnaround,
+        jitter=turnaround / 2 if jitter is None else jitter,
+        seed=seed,
+        ingress=IngressQueue(ingress),
     )
 
 

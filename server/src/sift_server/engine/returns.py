@@ -1,0 +1,143 @@
+"""Returning waves: what the end of a forward predicts about the next arrivals.
+
+Pure code over timestamps the shell passes in.
+
+Closed-loop clients (a search service with a fixed pool of workers, a batch
+job with N concurrent calls) send their next request a few milliseconds after
+the previous answer. So when a forward of N requests ends, about N arrivals
+follow within a short, stable delay: a *returning wave*. Dispatching the first
+of them at once splits the wave, and the two halves then alternate forever
+(each half returns while the other runs). A wave that is known to be coming is
+evidence of imminent arrivals, like headers in ingress.
+
+The model learns two things from the waves it has seen, and nothing from
+anything else:
+
+* how reliably waves come back: the share of each forward's requests matched
+  by arrivals within ``horizon`` after it ended (capped at its size), averaged
+  over the last ``memory`` waves of at least ``min_size`` requests; below
+  ``min_share`` (a client that went away) no return is expected at all. Random
+  (open-loop) traffic also puts arrivals after a forward's end, so a wave
+  counts only when its returns came too close together to be a coincidence
+  at the background rate: ``P[N >= seen - 1] <= alpha`` for ``N`` Poisson
+  over the span from its first to its last return (random traffic spreads
+  ``k`` arrivals over about ``k / rate``; clients coming back from one
+  forward arrive within their turnaround jitter); otherwise its share is 0;
+* how long a wave takes to come back: the delay of the last matched arrival of
+  each of the last ``memory`` complete waves; the allowance is ``margin``
+  times the largest of them, never more than ``horizon``.
+
+A wave is open from the end of its forward until the next forward ends; the
+policy decides whether holding for it pays (see ``engine.policy``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sift_server.engine.arrivals import poisson_tail
+
+
+@dataclass(slots=True)
+class Wave:
+    start: float
+    size: int
+    seen: int = 0
+    first_delay: float = 0.0
+    last_delay: float = 0.0
+
+
+@dataclass(slots=True)
+class ReturnModel:
+    # Arrivals later than this after a forward ended are not its clients coming back.
+    horizon: float = 0.010
+    memory: int = 16
+    min_share: float = 0.75
+    # Smaller waves say nothing either way (two arrivals soon after a forward are common).
+    min_size: int = 3
+    alpha: float = 1e-2
+    margin: float = 1.5
+    # Arrivals remembered for the background rate.
+    rate_memory: int = 64
+    # Waves still within ``horizon`` of their forward's end, oldest first: a
+    # forward may end before the stragglers of the one before it are back.
+    open: deque[Wave] = field(default_factory=deque)
+    shares: deque[float] = field(default_factory=deque)
+    delays: deque[float] = field(default_factory=deque)
+    # Remembered arrival times, for the background rate.
+    history: deque[float] = field(default_factory=deque)
+
+    def forward_ended(self, now: float, completed: int) -> None:
+        """A forward ended at ``now`` and answered ``completed`` requests."""
+        self._expire(now)
+        if completed > 0:
+            self.open.append(Wave(now, completed))
+
+    def observe(self, now: float) -> None:
+        """One arrival (request headers received): the return of the oldest
+        open wave that still misses some, if any."""
+        self._expire(now)
+        wave = next((w for w in self.open if w.seen < w.size), None)
+        self.history.append(now)
+        if len(self.history) > self.rate_memory:
+            self.history.popleft()
+        if wave is not None:
+            wave.seen += 1
+            if wave.seen == 1:
+                wave.first_delay = now - wave.start
+            wave.last_delay = now - wave.start
+
+    def _expire(self, now: float) -> None:
+        while self.open and now - self.open[0].start > self.horizon:
+            self._close(self.open.popleft())
+
+    def _close(self, wave: Wave) -> None:
+        if wave.size < self.min_size:
+            return
+        spread = wave.last_delay - wave.first_delay
+        returned = wave.seen >= 2 and poisson_tail(wave.seen - 1, self._rate() * spread) <= self.alpha
+        self._remember(self.shares, wave.seen / wave.size if returned else 0.0)
+        if returned and wave.seen == wave.size:
+            self._remember(self.delays, wave.last_delay)
+
+    def _rate(self) -> float:
+        """Arrivals per second over the remembered ones."""
+        if len(self.history) < 2:
+            return 0.0
+        span = self.history[-1] - self.history[0]
+        return (len(self.history) - 1) / span if span > 0 else float("inf")
+
+    def _remember(self, values: deque[float], value: float) -> None:
+        values.append(value)
+        if len(values) > self.memory:
+            values.popleft()
+
+    @property
+    def reliable(self) -> bool:
+        return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
+
+    @property
+    def allowance(self) -> float:
+        """How long after its forward a wave may take to come back: half as
+        long again as the slowest of the recent complete ones (the next
+        one's slowest return is often a little later), within ``horizon``."""
+        return min(self.horizon, self.margin * max(self.delays)) if self.delays else 0.0
+
+    def expected(self, now: float) -> int:
+        """Returns still expected at ``now`` from open waves whose allowance
+        has not passed (0 where waves do not come back reliably)."""
+        if not self.reliable:
+            return 0
+        allowance = self.allowance
+        return sum(w.size - w.seen for w in self.open if now < w.start + allowance)
+
+    def deadline(self, now: float) -> float:
+        """When the open waves still missing returns at ``now`` should be back in full."""
+        allowance = self.allowance
+        pending = [w.start + allowance for w in self.open if w.seen < w.size and now < w.start + allowance]
+        return max(pending) if pending else float("-inf")
+
+    def back(self, now: float) -> bool:
+        """A reliable wave of several requests came back in full and nothing more is expected."""
+        return self.reliable and any(w.size > 1 and w.seen == w.size for w in self.open) and not self.expected(now)

@@ -1,0 +1,314 @@
+"""The scheduler of one model: queues, busy state, admission and signals.
+
+Plain synchronous code over explicit state and the times the caller passes in,
+in the spirit of vLLM v1's scheduler: it returns data and never waits. Two
+shells drive the very same object: the worker (``engine/worker.py``: asyncio,
+the executor thread, futures) and the simulator (``simulator/engine_sim.py``:
+a virtual clock). So what the simulator shows is what the server does.
+
+It owns, and nothing else changes:
+
+* one ``BatchQueue`` per (model, LoRA) lane, and which lane each admitted
+  request sits in;
+* the running batch (one forward at a time per model) and when the last one ended;
+* the ingress count (headers arrived, not admitted yet) and the arrival,
+  returning-wave and forward-cost models fed by those events;
+* admission bookkeeping: the queue bound, the queue-time deadline, shutdown.
+
+The caller asks ``decide(now)`` (the policy's answer on this state), hands a
+``Dispatch`` to ``take`` to get a ``Batch``, runs it, and reports it with
+``complete``. ``abort`` removes a request in any state; ``expire`` removes the
+requests that waited past the deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from sift_server.engine import padding
+from sift_server.engine.arrivals import ArrivalModel
+from sift_server.engine.batch_queue import BatchQueue, Caps, Order, Pending, Slice
+from sift_server.engine.forward_cost import ForwardCost
+from sift_server.engine.padding import padded_tokens
+from sift_server.engine.policy import Decision, Dispatch, LaneView, Policy, Reason, SchedulerState
+from sift_server.engine.returns import ReturnModel
+from sift_server.errors import QueueFull, ShuttingDown
+
+DEFAULT_LANE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    caps: Caps = field(default_factory=Caps)
+    # Caps under sustained load (the model's efficient batch, in tokens); None: ``caps``.
+    load_caps: Caps | None = None
+    # Items queued (not yet in a forward) beyond which new requests are refused.
+    max_queue_items: int = 512
+    # Seconds a request may wait for its first forward before it is refused (503).
+    queue_timeout: float = 30.0
+    # Companion order: "arrival" bounds every wait; "cost" is the earlier rule (simulator only).
+    order: Order = "arrival"
+    # Hold for a returning wave where the forward's fixed cost says it pays.
+    wave_hold: bool = True
+    # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
+    link_gap: float = 0.002
+    busy_link_gap: float = 0.050
+    quiet_gap: float = 0.005
+    # A head that arrived this soon after a forward ended is sustained load (load caps).
+    return_horizon: float = 0.010
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One forward's worth of work, as the scheduler hands it out."""
+
+    forward_id: int
+    lane: str
+    reason: Reason
+    slices: Sequence[Slice]
+    decided: float
+    # Sub-forwards of similar length (engine.padding): (slice index, item index) pairs.
+    chunks: Sequence[Sequence[tuple[int, int]]] = ()
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [s.pending.request_id for s in self.slices]
+
+    @property
+    def items(self) -> int:
+        return sum(s.stop - s.start for s in self.slices)
+
+    @property
+    def cost(self) -> int:
+        return sum(s.cost for s in self.slices)
+
+    def item_cost(self, at: tuple[int, int]) -> int:
+        return self.slices[at[0]].pending.item_costs[at[1]]
+
+    @property
+    def padded_cost(self) -> int:
+        """Token slots the forward runs: each sub-forward padded to its longest item."""
+        return sum(padded_tokens([self.item_cost(at) for at in chunk]) for chunk in self.chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    # Requests whose last items ran in this batch.
+    finished: list[str]
+    # Requests of a failed batch: none of their remaining items will run.
+    failed: list[str]
+
+
+class Scheduler:
+    def __init__(self, policy: Policy, config: SchedulerConfig = SchedulerConfig()) -> None:
+        self.policy = policy
+        self.config = config
+        self.arrivals = ArrivalModel(
+            link_gap=config.link_gap, busy_link_gap=config.busy_link_gap, quiet_gap=config.quiet_gap
+        )
+        self.waves = ReturnModel(horizon=config.return_horizon)
+        self.costs = ForwardCost()
+        self.queues: dict[str, BatchQueue] = {}
+        self._lane_of: dict[str, str] = {}
+        self.running: Batch | None = None
+        self.last_forward_end = float("-inf")
+        self.ingress_pending = 0
+        self.closing = False
+        self.forwards_run = 0
+        self._forward_ids = itertools.count()
+
+    # ---- signals ---------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None
+
+    @property
+    def queued_requests(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    @property
+    def queued_items(self) -> int:
+        return sum(q.total_items for q in self.queues.values())
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing running."""
+        return not self.busy and not self.queued_requests
+
+    def header_arrived(self, now: float) -> None:
+        """A request's headers arrived; it is in ingress until admitted or refused."""
+        in_flight = self.ingress_pending > 0 or not self.idle
+        self.arrivals.observe(now, in_flight=in_flight)
+        self.waves.observe(now)
+        self.ingress_pending += 1
+
+    def ingress_ended(self) -> None:
+        self.ingress_pending = max(0, self.ingress_pending - 1)
+
+    # ---- admission -------------------------------------------------------
+
+    def admit(
+        self,
+        request_id: str,
+        item_costs: Sequence[int],
+        now: float,
+        *,
+        lane: str | None = None,
+        compat_key: Hashable = None,
+    ) -> None:
+        """Queue one request (its size was checked against the per-request cap
+        at the API). Refused while closing, or while the queue is full: a
+        request larger than the room left still enters once there is any room,
+        so a large request waits its turn instead of starving behind small ones."""
+        if self.closing:
+            raise ShuttingDown("The server is shutting down and admits no new work.")
+        queued = self.queued_items
+        if queued >= self.config.max_queue_items:
+            raise QueueFull(
+                f"The model has {queued} items queued (limit {self.config.max_queue_items}); retry shortly."
+            )
+        if request_id in self._lane_of:
+            raise ValueError(f"request {request_id!r} is already admitted")
+        name = lane or DEFAULT_LANE
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = self.queues[name] = BatchQueue(name)
+        queue.add(Pending(request_id, list(item_costs), now, compat_key))
+        self._lane_of[request_id] = name
+
+    def abort(self, request_id: str) -> bool:
+        """Forget a request in any state (client gone, earlier slice failed):
+        none of its remaining items will run. True if it was still known."""
+        name = self._lane_of.pop(request_id, None)
+        if name is None:
+            return False
+        queue = self.queues.get(name)
+        if queue is not None:
+            queue.remove(request_id)
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        """Remove and return requests that waited past the queue deadline
+        without starting (a split request that started always finishes)."""
+        cutoff = now - self.config.queue_timeout
+        expired: list[str] = []
+        for queue in self.queues.values():
+            for pending in queue.older_than(cutoff):
+                queue.remove(pending.request_id)
+                self._lane_of.pop(pending.request_id, None)
+                expired.append(pending.request_id)
+        return expired
+
+    def next_expiry(self) -> float | None:
+        """When the oldest request that has not started reaches the deadline."""
+        oldest = [p.arrival for q in self.queues.values() for p in q.pending if p.next_item == 0]
+        return min(oldest) + self.config.queue_timeout if oldest else None
+
+    def close(self) -> None:
+        """Admit nothing more; what is queued runs at once (reason ``closing``)."""
+        self.closing = True
+
+    def seed_costs(self, points: Sequence[tuple[int, float]]) -> None:
+        """Forward times measured outside serving (tokens, seconds), e.g. after load."""
+        for tokens, seconds in points:
+            self.costs.observe(tokens, seconds)
+
+    # ---- deciding --------------------------------------------------------
+
+    def _under_load(self, queue: BatchQueue) -> bool:
+        head = queue.head
+        return head is not None and head.arrival <= self.last_forward_end + self.config.return_horizon
+
+    def _caps_for(self, queue: BatchQueue) -> Caps:
+        if self.config.load_caps is not None and not self.closing and self._under_load(queue):
+            return self.config.load_caps
+        return self.config.caps
+
+    def _room(self, queue: BatchQueue) -> int:
+        """About how many more requests the lane's next batch could take."""
+        group = queue.compatible_with_head()
+        caps = self._caps_for(queue)
+        room = caps.max_requests - len(group)
+        cost = sum(p.remaining_cost for p in group)
+        if group and cost:
+            room = min(room, int((caps.max_cost - cost) / (cost / len(group))))
+        return max(0, room)
+
+    def state(self, now: float) -> SchedulerState:
+        lanes = [
+            LaneView(
+                lane=q.lane,
+                head_arrival=q.pending[0].arrival,
+                last_arrival=q.pending[-1].arrival,
+                requests=q.compatible_count(),
+                fills_cap=q.would_fill(self._caps_for(q)),
+            )
+            for q in self.queues.values()
+            if q.pending
+        ]
+        returning = self.config.wave_hold and self.waves.reliable
+        expected = self.waves.expected(now) if returning else 0
+        in_ingress = self.ingress_pending if returning else 0
+        if (expected or in_ingress) and lanes:
+            oldest = min(lanes, key=lambda lane: lane.head_arrival)
+            room = self._room(self.queues[oldest.lane])
+            in_ingress = min(in_ingress, room)
+            expected = min(expected, room - in_ingress)
+        return SchedulerState(
+            lanes=lanes,
+            busy=self.busy,
+            last_forward_end=self.last_forward_end,
+            ingress_pending=self.ingress_pending,
+            arrivals=self.arrivals,
+            closing=self.closing,
+            wave_expected=expected,
+            wave_in_ingress=in_ingress,
+            wave_deadline=self.waves.deadline(now),
+            wave_back=returning and self.waves.back(now),
+            fixed_cost=self.costs.fixed,
+        )
+
+    def decide(self, now: float) -> Decision:
+        return self.policy.decide(self.state(now), now)
+
+    def take(self, decision: Dispatch, now: float) -> Batch | None:
+        """Start the batch a ``Dispatch`` asked for (None if its lane is empty)."""
+        if self.running is not None:
+            raise RuntimeError("a forward is already running")
+        queue = self.queues.get(decision.lane)
+        if queue is None or not queue.pending:
+            return None
+        slices = queue.take(self._caps_for(queue), self.config.order)
+        items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
+        costs = [slices[k].pending.item_costs[i] for k, i in items]
+        chunks = [[items[j] for j in group] for group in padding.plan(costs, self.costs.fixed_tokens)]
+        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks)
+        self.running = batch
+        return batch
+
+    def complete(self, batch: Batch, started: float, ended: float, *, ok: bool = True) -> Completion:
+        """The running batch ended (``ok=False``: its forward failed)."""
+        if self.running is not batch:
+            raise RuntimeError(f"forward {batch.forward_id} is not the running one")
+        self.running = None
+        self.last_forward_end = ended
+        self.forwards_run += 1
+        finished: list[str] = []
+        failed: list[str] = []
+        for piece in batch.slices:
+            rid = piece.pending.request_id
+            if rid not in self._lane_of:
+                continue  # aborted while its forward ran
+            if not ok:
+                self.abort(rid)
+                failed.append(rid)
+            elif piece.is_last:
+                del self._lane_of[rid]
+                finished.append(rid)
+        if ok:
+            self.costs.observe(batch.padded_cost, ended - started)
+        self.waves.forward_ended(ended, len(finished))
+        return Completion(finished, failed)

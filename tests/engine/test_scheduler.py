@@ -1,0 +1,142 @@
+"""The synchronous scheduler and the pure models it owns, without threads or asyncio."""
+
+from __future__ import annotations
+
+import pytest
+
+from sift_server.engine import padding
+from sift_server.engine.batch_queue import Caps
+from sift_server.engine.forward_cost import ForwardCost
+from sift_server.engine.policy import AdaptivePolicy, Dispatch, ImmediatePolicy, WaitUntil
+from sift_server.engine.returns import ReturnModel
+from sift_server.engine.scheduler import Scheduler, SchedulerConfig
+from sift_server.errors import QueueFull, ShuttingDown
+
+MS = 0.001
+
+
+def run(scheduler: Scheduler, now: float, seconds: float) -> list[str]:
+    decision = scheduler.decide(now)
+    assert isinstance(decision, Dispatch), decision
+    batch = scheduler.take(decision, now)
+    assert batch is not None
+    return scheduler.complete(batch, now, now + seconds).finished
+
+
+def test_admit_take_complete_returns_finished_requests() -> None:
+    s = Scheduler(ImmediatePolicy())
+    s.admit("a", [4, 4], 0.0)
+    s.admit("b", [4], 0.0)
+    assert s.queued_items == 3
+    assert sorted(run(s, 0.0, 1 * MS)) == ["a", "b"]
+    assert s.idle and s.forwards_run == 1
+
+
+def test_queue_bound_refuses_only_when_full_and_closing_refuses_everything() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig(max_queue_items=4))
+    s.admit("a", [1] * 3, 0.0)
+    s.admit("big", [1] * 10, 0.0)  # room was left: a large request waits its turn
+    with pytest.raises(QueueFull):
+        s.admit("c", [1], 0.0)
+    s.close()
+    with pytest.raises(ShuttingDown):
+        s.admit("d", [1], 0.0)
+    assert s.decide(0.0) == Dispatch("default", "closing")
+
+
+def test_abort_removes_a_split_request_in_any_state() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig(caps=Caps(max_cost=8)))
+    s.admit("big", [4] * 6, 0.0)
+    batch = s.take(Dispatch("default", "lone"), 0.0)
+    assert batch is not None and batch.items == 2
+    assert s.abort("big")
+    assert s.complete(batch, 0.0, 1 * MS).finished == []
+    assert s.idle
+
+
+def test_a_failed_forward_fails_the_rest_of_its_split_requests() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig(caps=Caps(max_cost=8)))
+    s.admit("big", [4] * 6, 0.0)
+    batch = s.take(Dispatch("default", "lone"), 0.0)
+    assert batch is not None
+    done = s.complete(batch, 0.0, 1 * MS, ok=False)
+    assert done.failed == ["big"] and s.idle
+
+
+def test_expire_removes_requests_that_waited_past_the_deadline() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig(queue_timeout=5.0))
+    s.admit("old", [1], 0.0)
+    s.admit("new", [1], 3.0)
+    assert s.next_expiry() == 5.0
+    assert s.expire(4.9) == []
+    assert s.expire(5.1) == ["old"]
+    assert s.next_expiry() == 8.0
+
+
+def test_every_request_runs_within_its_position_whatever_the_lengths() -> None:
+    # Under load caps of 64 tokens, one long text among many short ones.
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig(caps=Caps(max_requests=4, max_cost=256)))
+    s.admit("head", [10], 0.0)
+    s.admit("long", [200], 0.0)
+    for i in range(30):
+        s.admit(f"s{i}", [10], 0.0)
+    forwards = 0
+    while "long" not in run(s, 0.0, 1 * MS):
+        forwards += 1
+    assert forwards <= 1
+
+
+def test_returning_waves_are_learned_and_held_for_where_the_fixed_cost_pays() -> None:
+    s = Scheduler(AdaptivePolicy(), SchedulerConfig())
+    s.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])  # 9.6 ms fixed
+    now = 0.0
+    for _ in range(20):  # eight callers, each back 2 ms after its answer
+        for i in range(8):
+            s.header_arrived(now + 2 * MS + i * 0.1 * MS)
+            s.ingress_ended()
+            s.admit(f"r{now}.{i}", [16], now + 2 * MS + i * 0.1 * MS)
+        now += 3 * MS
+        decision = s.decide(now)
+        assert isinstance(decision, Dispatch)
+        batch = s.take(decision, now)
+        assert batch is not None and len(batch.slices) == 8
+        now += 20 * MS
+        s.complete(batch, now - 20 * MS, now)
+    # The next wave: two are back, six are coming; the worker waits for them.
+    s.header_arrived(now + 1 * MS)
+    s.ingress_ended()
+    s.admit("first", [16], now + 1 * MS)
+    decision = s.decide(now + 1 * MS)
+    assert isinstance(decision, WaitUntil)
+    assert decision.deadline <= now + 10 * MS
+
+
+def test_return_model_ignores_random_arrivals() -> None:
+    model = ReturnModel()
+    now = 0.0
+    for _ in range(40):
+        model.forward_ended(now, 8)
+        for k in range(8):  # spread evenly over the cycle: nothing comes back together
+            model.observe(now + (k + 0.5) * 1.25 * MS)
+        now += 10 * MS
+    assert not model.reliable
+    assert model.expected(now) == 0
+
+
+def test_forward_cost_learns_the_fixed_part_and_refuses_to_guess() -> None:
+    cost = ForwardCost()
+    cost.observe(100, 0.015)
+    assert cost.fixed is None  # one size says nothing about the intercept
+    for tokens in (50, 100, 200, 400):
+        cost.observe(tokens, 0.005 + tokens * 0.0001)
+    assert cost.fixed == pytest.approx(0.005, rel=1e-6)
+    assert cost.fixed_tokens == pytest.approx(50, rel=1e-6)
+
+
+def test_padding_plan_cuts_a_long_text_out_of_a_short_batch_only_when_it_pays() -> None:
+    short_and_long = [30, 28, 31, 250, 29]
+    groups = padding.plan(short_and_long, fixed_tokens=36)
+    assert [sorted(short_and_long[i] for i in g) for g in groups] == [[28, 29, 30, 31], [250]]
+    assert padding.plan(short_and_long, fixed_tokens=None) == [[0, 1, 2, 3, 4]]
+    assert padding.plan([30, 31, 29], fixed_tokens=36) == [[0, 1, 2]]
+    assert padding.plan(short_and_long, fixed_tokens=10_000) == [[0, 1, 2, 3, 4]]
