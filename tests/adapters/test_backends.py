@@ -366,3 +366,33 @@ async def test_models_listing_shows_what_runs(
     assert info["runtime"]["precision"] == "fp32"
     assert info["runtime"]["selected_by"] == "catalog"
     assert info["runtime"]["inference_num_threads"] == 1
+
+
+def test_lora_needs_the_torch_backend(
+    embedder_dir: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vino = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "openvino", "fp32"))
+    assert not vino.supports_lora
+    with pytest.raises(NotImplementedError):
+        vino.load_lora("a", tmp_path)
+
+    from sift_server.registry import loader
+    from sift_server.registry.catalog import load_spec
+
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"name: m\nadapter: sentence-embedder\nsource: {{path: {embedder_dir}}}\ntasks: [encode]\n"
+        "backend: openvino\nloras: {a: {path: /nowhere}}\n"
+    )
+    seen: list[tuple[str, str | None]] = []
+
+    class Recorder:
+        @classmethod
+        def load(cls, ctx: LoadContext) -> Any:
+            seen.append((ctx.backend, ctx.precision))
+            return None
+
+    monkeypatch.delenv("SIFT_BACKEND", raising=False)
+    monkeypatch.setattr(loader, "adapter_class", lambda name: Recorder)
+    loader.load_adapter(load_spec(path), torch_threads=1)
+    assert seen == [("torch", "fp32")]

@@ -198,6 +198,14 @@ class TorchRunner(Runner):
         result: np.ndarray = out.float().cpu().numpy()
         return result
 
+    def base_model(self) -> torch.nn.Module:
+        """The Hugging Face model inside the graph's wrapper (where LoRA layers go)."""
+        import torch
+
+        inner = getattr(self.module, "model", self.module)
+        assert isinstance(inner, torch.nn.Module)
+        return inner
+
     def memory_bytes(self) -> int:
         return self._bytes
 
@@ -240,9 +248,26 @@ class OnnxRunner(Runner):
         return {**super().describe(), "intra_op_threads": self.threads, "inter_op_threads": 1}
 
 
+def _openvino() -> Any:
+    """``import openvino``, then stop the thread pool its telemetry starts on import:
+    a server sends nothing anywhere, and a lingering non-daemon thread would hold
+    the process at exit."""
+    import openvino as ov
+
+    try:
+        from openvino_telemetry.main import Telemetry
+    except ImportError:
+        return ov
+    instance = getattr(Telemetry, "_SingletonMetaClass__single_instance", None)
+    executor = getattr(getattr(instance, "sender", None), "executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, cancel_futures=True)
+    return ov
+
+
 class OpenVinoRunner(Runner):
     def __init__(self, xml: Path, choice: Choice, threads: int) -> None:
-        import openvino as ov
+        ov = _openvino()
 
         hint = {"fp32": "f32", "bf16": "bf16"}[choice.precision]
         core = ov.Core()
@@ -340,7 +365,7 @@ def _quantize_int8(source: Path, dest: Path) -> None:
 
 
 def _convert_openvino(source: Path, dest: Path) -> None:
-    import openvino as ov
+    ov = _openvino()
 
     ov.save_model(ov.convert_model(str(source / "model.onnx")), str(dest / "model.xml"), compress_to_fp16=False)
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from sift_server.adapters import _backends as backends
+from sift_server.adapters._lora import LoraSlots, lora_of
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, select_device
 from sift_server.adapters.base import (
@@ -93,6 +94,10 @@ class CrossEncoderAdapter(Adapter):
         runtime: dict[str, Any] | None = None,
     ) -> None:
         self.runner = runner
+        # LoRA layers go into the PyTorch model: only a torch runner serves them
+        # (the loader runs an entry with loras on torch).
+        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, backends.TorchRunner) else None
+        self.supports_lora = self.loras is not None
         # prepare runs on the event loop while forward runs in the executor
         # thread; a fast tokenizer's Rust state is not safe to share between
         # concurrent calls, so each side owns its own instance.
@@ -165,7 +170,25 @@ class CrossEncoderAdapter(Adapter):
         costs = [len(ids) for ids in encoded["input_ids"]]
         return Prepared(item_costs=costs, compat_key=SCORE_COMPAT_KEY, payload=features, input_tokens=sum(costs))
 
+    # The class serves LoRAs on the torch backend; an instance on another backend says no.
+    supports_lora = True
+
+    def load_lora(self, name: str, path: Path) -> None:
+        if self.loras is None:
+            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
+        self.loras.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        if self.loras is not None:
+            self.loras.unload(name)
+
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        if self.loras is None:
+            return self._forward(parts)
+        with self.loras.active(lora_of(parts)):
+            return self._forward(parts)
+
+    def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         features = [f for part in parts for f in part.prepared.payload[part.start : part.stop]]
         scores = self._score(features)
         return _split(scores, [part.stop - part.start for part in parts])

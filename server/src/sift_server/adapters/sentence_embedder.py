@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from sift_server.adapters import _backends as backends
+from sift_server.adapters._lora import LoraSlots, lora_of
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
@@ -90,6 +91,10 @@ class SentenceEmbedderAdapter(Adapter):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.pad_id = tokenizer.pad_token_id
+        # LoRA layers go into the PyTorch model: only a torch runner serves them
+        # (the loader runs an entry with loras on torch).
+        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, backends.TorchRunner) else None
+        self.supports_lora = self.loras is not None
         self.info = AdapterInfo(
             tasks=frozenset({"encode"}),
             outputs=("dense",),
@@ -176,7 +181,25 @@ class SentenceEmbedderAdapter(Adapter):
 
     # ---- forward (executor thread) --------------------------------------
 
+    # The class serves LoRAs on the torch backend; an instance on another backend says no.
+    supports_lora = True
+
+    def load_lora(self, name: str, path: Path) -> None:
+        if self.loras is None:
+            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
+        self.loras.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        if self.loras is not None:
+            self.loras.unload(name)
+
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        if self.loras is None:
+            return self._forward(parts)
+        with self.loras.active(lora_of(parts)):
+            return self._forward(parts)
+
+    def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         rows: list[list[int]] = []
         for part in parts:
             rows.extend(part.prepared.payload[part.start : part.stop])

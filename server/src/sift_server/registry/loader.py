@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from sift_server.adapters.base import Adapter, LoadContext
 from sift_server.registry.adapters import adapter_class
 from sift_server.registry.catalog import ModelSpec, resolve_local_path
+
+log = logging.getLogger(__name__)
 
 
 def default_torch_threads() -> int:
@@ -40,6 +43,10 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
     backend, precision = backend_override()
     if backend is None:
         backend, precision = spec.backend, spec.precision
+    if spec.loras and (backend, precision) != ("torch", "fp32"):
+        # LoRA layers are injected into the PyTorch model: such an entry runs on it, in fp32.
+        log.info("model %s has LoRA adapters: it runs on torch fp32, not %s", spec.name, backend)
+        backend, precision = "torch", "fp32"
     ctx = LoadContext(
         path=weights_folder(spec),
         options=spec.options,
