@@ -56,11 +56,16 @@ async def test_concurrent_requests_fuse_and_metrics_count_forwards(
     worker = state.registry.records[TINY_EMBEDDER].worker
     assert worker is not None
     before = worker.forwards_run
-    responses = await asyncio.gather(*(
-        client.post(f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": f"t{i}"}]},
-                    headers={"Accept": "application/json"})
-        for i in range(16)
-    ))
+    responses = await asyncio.gather(
+        *(
+            client.post(
+                f"/v1/encode/{TINY_EMBEDDER}",
+                json={"items": [{"text": f"t{i}"}]},
+                headers={"Accept": "application/json"},
+            )
+            for i in range(16)
+        )
+    )
     assert all(r.status_code == 200 for r in responses)
     assert worker.forwards_run - before < 16
     metrics = (await client.get("/metrics")).text

@@ -26,34 +26,66 @@ CASES: list[tuple[str, object, int, str]] = [
     ("items not a list", (ENCODE, {"items": "x"}), 400, "INVALID_INPUT"),
     ("item without text", (ENCODE, {"items": [{"id": "a"}]}), 400, "INVALID_INPUT"),
     ("params wrong type", (ENCODE, {"items": [{"text": "x"}], "params": []}), 400, "INVALID_INPUT"),
-    ("unsupported output type", (ENCODE, {"items": [{"text": "x"}], "params": {"output_types": ["sparse"]}}),
-     400, "INVALID_INPUT"),
-    ("unknown output type", (ENCODE, {"items": [{"text": "x"}], "params": {"output_types": ["holo"]}}),
-     400, "INVALID_INPUT"),
+    (
+        "unsupported output type",
+        (ENCODE, {"items": [{"text": "x"}], "params": {"output_types": ["sparse"]}}),
+        400,
+        "INVALID_INPUT",
+    ),
+    (
+        "unknown output type",
+        (ENCODE, {"items": [{"text": "x"}], "params": {"output_types": ["holo"]}}),
+        400,
+        "INVALID_INPUT",
+    ),
     ("empty output types", (ENCODE, {"items": [{"text": "x"}], "params": {"output_types": []}}), 400, "INVALID_INPUT"),
-    ("unsupported dtype", (ENCODE, {"items": [{"text": "x"}], "params": {"output_dtype": "bfloat16"}}),
-     400, "INVALID_INPUT"),
-    ("unknown profile", (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"profile": "sparse"}}}),
-     400, "INVALID_INPUT"),
+    (
+        "unsupported dtype",
+        (ENCODE, {"items": [{"text": "x"}], "params": {"output_dtype": "bfloat16"}}),
+        400,
+        "INVALID_INPUT",
+    ),
+    (
+        "unknown profile",
+        (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"profile": "sparse"}}}),
+        400,
+        "INVALID_INPUT",
+    ),
     ("profile in path", (ENCODE + ":nope", {"items": [{"text": "x"}]}), 400, "INVALID_INPUT"),
-    ("bad overflow policy", (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"overflow_policy": "cut"}}}),
-     400, "INVALID_INPUT"),
-    ("lora on a base model", (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"lora": "a"}}}),
-     400, "INVALID_INPUT"),
+    (
+        "bad overflow policy",
+        (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"overflow_policy": "cut"}}}),
+        400,
+        "INVALID_INPUT",
+    ),
+    (
+        "lora on a base model",
+        (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"lora": "a"}}}),
+        400,
+        "INVALID_INPUT",
+    ),
     ("text over 2 MiB", (ENCODE, {"items": [{"text": "a" * (2 * 1024 * 1024 + 1)}]}), 400, "INVALID_INPUT"),
     ("too many items", (ENCODE, {"items": [{"text": "x"}] * 513}), 400, "INVALID_INPUT"),
-    ("input too long with overflow=error",
-     (ENCODE, {"items": [{"text": "word " * 600}], "params": {"options": {"overflow_policy": "error"}}}),
-     400, "INPUT_TOO_LONG"),
-    ("score on an encode model", (f"/v1/score/{DEFAULT_MODEL}", {"query": {"text": "q"}, "items": [{"text": "d"}]}),
-     400, "INVALID_INPUT"),
+    (
+        "input too long with overflow=error",
+        (ENCODE, {"items": [{"text": "word " * 600}], "params": {"options": {"overflow_policy": "error"}}}),
+        400,
+        "INPUT_TOO_LONG",
+    ),
+    (
+        "score on an encode model",
+        (f"/v1/score/{DEFAULT_MODEL}", {"query": {"text": "q"}, "items": [{"text": "d"}]}),
+        400,
+        "INVALID_INPUT",
+    ),
     ("extract on an encode model", (f"/v1/extract/{DEFAULT_MODEL}", {"items": [{"text": "d"}]}), 400, "INVALID_INPUT"),
 ]
 
 
 @pytest.mark.parametrize(("name", "request_", "status", "code"), CASES, ids=[c[0] for c in CASES])
-def test_bad_input_msgpack(server: ServerProcess, name: str, request_: tuple[str, object], status: int,
-                           code: str) -> None:
+def test_bad_input_msgpack(
+    server: ServerProcess, name: str, request_: tuple[str, object], status: int, code: str
+) -> None:
     path, body = request_
     response = httpx.post(server.url + path, content=msgpack.packb(body), headers=MSGPACK, timeout=60)
     assert response.status_code == status, response.text
@@ -71,8 +103,12 @@ def test_same_errors_over_json(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize(
     ("content", "content_type"),
-    [(b"{not json", "application/json"), (b"\xc1\xc1\xc1", "application/msgpack"), (b"", "application/json"),
-     (msgpack.packb([1, 2]), "application/msgpack")],
+    [
+        (b"{not json", "application/json"),
+        (b"\xc1\xc1\xc1", "application/msgpack"),
+        (b"", "application/json"),
+        (msgpack.packb([1, 2]), "application/msgpack"),
+    ],
 )
 def test_malformed_bodies(server: ServerProcess, content: bytes, content_type: str) -> None:
     response = httpx.post(server.url + ENCODE, content=content, headers={"Content-Type": content_type})
@@ -109,16 +145,19 @@ def test_streamed_body_over_the_limit_is_413(server: ServerProcess) -> None:
 
 
 def test_long_input_is_truncated_by_default(server: ServerProcess) -> None:
-    response = httpx.post(server.url + ENCODE, json={"items": [{"text": "word " * 600}]},
-                          headers={"Accept": "application/json"})
+    response = httpx.post(
+        server.url + ENCODE, json={"items": [{"text": "word " * 600}]}, headers={"Accept": "application/json"}
+    )
     assert response.status_code == 200
     assert response.json()["usage"]["input_tokens"] == 256
 
 
 async def test_bad_requests_do_not_disturb_good_ones_in_flight(server: ServerProcess) -> None:
     async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
-        good = [client.post(ENCODE, json={"items": [{"text": f"good {i}"}]}, headers={"Accept": "application/json"})
-                for i in range(12)]
+        good = [
+            client.post(ENCODE, json={"items": [{"text": f"good {i}"}]}, headers={"Accept": "application/json"})
+            for i in range(12)
+        ]
         bad = [client.post(ENCODE, json={"items": [{"id": i, "text": "bad"}]}) for i in range(12)]
         responses = await asyncio.gather(*[x for pair in zip(good, bad, strict=True) for x in pair])
     good_responses, bad_responses = responses[0::2], responses[1::2]

@@ -28,15 +28,19 @@ def forward_records(trace: Path) -> list[dict[str, object]]:
 async def test_32_concurrent_requests_share_forwards_and_get_their_own_vectors(server: ServerProcess) -> None:
     texts = [f"concurrent sentence number {i} about topic {i * 7 % 5}" for i in range(32)]
     async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
-        solo = await client.post(ENCODE, json={"items": [{"text": t} for t in texts]},
-                                 headers={"Accept": "application/json"})
+        solo = await client.post(
+            ENCODE, json={"items": [{"text": t} for t in texts]}, headers={"Accept": "application/json"}
+        )
         expected = np.array([item["dense"]["values"] for item in solo.json()["items"]])
         ids = [f"conc-{i}" for i in range(32)]
-        responses = await asyncio.gather(*(
-            client.post(ENCODE, json={"items": [{"text": t}]},
-                        headers={"Accept": "application/json", "X-Request-ID": rid})
-            for t, rid in zip(texts, ids, strict=True)
-        ))
+        responses = await asyncio.gather(
+            *(
+                client.post(
+                    ENCODE, json={"items": [{"text": t}]}, headers={"Accept": "application/json", "X-Request-ID": rid}
+                )
+                for t, rid in zip(texts, ids, strict=True)
+            )
+        )
     assert all(r.status_code == 200 for r in responses)
     got = np.array([r.json()["items"][0]["dense"]["values"] for r in responses])
     assert np.allclose(got, expected, atol=1e-5)
@@ -85,11 +89,20 @@ async def test_queue_full_is_503_with_retry_after_and_oversized_request_is_400(t
 def test_sigterm_drains_admitted_work_then_refuses_and_exits(tmp_path: Path, tiny_catalog: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     proc = start_server(
-        ["--catalog", str(tiny_catalog), "--model", TINY_EMBEDDER, "--shutdown-grace-s", "20",
-         "--trace-file", str(trace)],
+        [
+            "--catalog",
+            str(tiny_catalog),
+            "--model",
+            TINY_EMBEDDER,
+            "--shutdown-grace-s",
+            "20",
+            "--trace-file",
+            str(trace),
+        ],
         tmp_path / "server.log",
     )
     try:
+
         async def scenario() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=proc.url, timeout=60) as client:
                 body = msgpack.packb({"items": [{"text": "drain me " * 20}] * 64})
@@ -120,8 +133,10 @@ def test_sigterm_drains_admitted_work_then_refuses_and_exits(tmp_path: Path, tin
 def test_client_disconnect_before_forward_drops_the_request(server: ServerProcess) -> None:
     host, port = server.url.removeprefix("http://").split(":")
     body = msgpack.packb({"items": [{"text": "abandoned " * 100}] * 200})
-    head = (f"POST {ENCODE} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/msgpack\r\n"
-            f"X-Request-ID: abandoned-1\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST {ENCODE} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/msgpack\r\n"
+        f"X-Request-ID: abandoned-1\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     blockers = []
     for _ in range(2):  # keep the worker busy so the abandoned one is still queued
         blockers.append(socket.create_connection((host, int(port))))
@@ -129,8 +144,9 @@ def test_client_disconnect_before_forward_drops_the_request(server: ServerProces
     sock = socket.create_connection((host, int(port)))
     sock.sendall(head + body)
     sock.close()
-    after = httpx.post(server.url + ENCODE, json={"items": [{"text": "after"}]}, headers={"Accept": "application/json"},
-                       timeout=120)
+    after = httpx.post(
+        server.url + ENCODE, json={"items": [{"text": "after"}]}, headers={"Accept": "application/json"}, timeout=120
+    )
     assert after.status_code == 200
     for blocker in blockers:
         blocker.settimeout(120)

@@ -98,8 +98,14 @@ def test_instruction_changes_the_vector(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "numpy_dtype", "length"),
-    [("float32", "<f4", 384), ("float16", "<f2", 384), ("int8", "|i1", 384), ("uint8", "|u1", 384),
-     ("binary", "|u1", 48), ("ubinary", "|u1", 48)],
+    [
+        ("float32", "<f4", 384),
+        ("float16", "<f2", 384),
+        ("int8", "|i1", 384),
+        ("uint8", "|u1", 384),
+        ("binary", "|u1", 48),
+        ("ubinary", "|u1", 48),
+    ],
 )
 def test_output_dtypes(server: ServerProcess, dtype: str, numpy_dtype: str, length: int) -> None:
     body = {"items": [{"text": "quantize me"}], "params": {"output_dtype": dtype}}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -344,3 +344,19 @@ def test_adaptive_hold_that_outlives_the_cluster_is_labelled_window() -> None:
     # Woken late, after the cluster went quiet: still the hold's end, not a lone dispatch.
     h.clock.now = decision.deadline + 2 * MS
     assert h.decide() == Dispatch("default", "window")
+
+
+def test_on_a_shared_core_backlog_waits_for_requests_being_read_within_max_hold() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    h.arrive("a")
+    h.busy = True
+    h.clock.advance(1 * MS)
+    h.arrive("b")
+    h.run_forward(2 * MS)
+    h.headers(2)
+    end = h.clock()
+    shared = replace(h.state(), shared_core=True)
+    assert h.policy.decide(shared, h.clock()) == WaitUntil(end + 10 * MS)
+    assert h.decide() == Dispatch("default", "backlog")  # not shared: at once
+    h.clock.advance(10 * MS)
+    assert h.policy.decide(replace(h.state(), shared_core=True), h.clock()) == Dispatch("default", "backlog")

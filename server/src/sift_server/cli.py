@@ -22,6 +22,12 @@ def _add_serve(subparsers: Any) -> None:
     p.add_argument("--api-key", help="Require 'Authorization: Bearer KEY' (or set SIFT_API_KEY).")
     p.add_argument("--policy", choices=POLICIES, help="Batching policy (default adaptive).")
     p.add_argument("--torch-threads", type=int, help="Intra-op threads per forward (default: one per available core).")
+    p.add_argument(
+        "--backend",
+        type=_backend_arg,
+        help="Run every model on this backend, overriding the catalog: auto, torch, onnx or openvino, "
+        "optionally with :PRECISION (e.g. openvino:fp32, onnx:int8). Same as SIFT_BACKEND.",
+    )
     p.add_argument("--max-queue-items", type=int, help="Pending items per model before 503 QUEUE_FULL (default 512).")
     p.add_argument("--max-request-items", type=int, help="Items one request may carry, 400 beyond (default 512).")
     p.add_argument("--queue-timeout-s", type=float, help="A request queued longer gets 503 QUEUE_FULL (default 30).")
@@ -47,7 +53,21 @@ def _add_serve(subparsers: Any) -> None:
     p.set_defaults(handler=_serve)
 
 
+def _backend_arg(text: str) -> str:
+    from sift_server.adapters._backends import BACKENDS, PRECISIONS
+
+    backend, _, precision = text.partition(":")
+    if backend not in BACKENDS or (precision and precision not in PRECISIONS):
+        raise argparse.ArgumentTypeError(
+            f"expected BACKEND[:PRECISION] with BACKEND in {', '.join(BACKENDS)} "
+            f"and PRECISION in {', '.join(PRECISIONS)}, got {text!r}"
+        )
+    return text
+
+
 def _serve(args: argparse.Namespace) -> int:
+    import os
+
     from pydantic import ValidationError
 
     from sift_server.config import Settings
@@ -55,8 +75,13 @@ def _serve(args: argparse.Namespace) -> int:
     from sift_server.server import serve
 
     overrides = {
-        key: value for key, value in vars(args).items() if key not in ("handler", "command") and value is not None
+        key: value
+        for key, value in vars(args).items()
+        if key not in ("handler", "command", "backend") and value is not None
     }
+    if args.backend:
+        # Read by the model loader (registry/loader.py) for every catalog entry.
+        os.environ["SIFT_BACKEND"] = args.backend
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:

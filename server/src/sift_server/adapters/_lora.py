@@ -17,11 +17,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from sift_server.adapters.base import Part
+
+if TYPE_CHECKING:
+    import torch
 
 LANE_PREFIX = "lora:"
 

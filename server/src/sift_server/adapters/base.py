@@ -94,16 +94,27 @@ class AdapterInfo:
     outputs: tuple[str, ...] = ()
     dims: Mapping[str, int] = field(default_factory=dict)
     max_sequence_length: int = 512
+    # What runs the forward (backend, precision, how it was chosen), for /v1/models.
+    runtime: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class LoadContext:
-    """What an adapter needs to load: a resolved local folder and its options."""
+    """What an adapter needs to load: a resolved local folder and its options.
+
+    ``backend``/``precision``/``tolerance`` come from the catalog entry (see
+    ``adapters/_backends.py``); a bare context runs PyTorch as it always did,
+    the catalog's default is ``auto``. ``torch_threads`` is the thread count of
+    every backend, not only PyTorch's."""
 
     path: Path
     options: Mapping[str, Any]
     max_sequence_length: int | None
     torch_threads: int
+    backend: str = "torch"
+    precision: str | None = None
+    tolerance: float | None = None
+    cache_dir: Path | None = None
 
 
 class Adapter(abc.ABC):

@@ -12,6 +12,10 @@ class's logit is the score, because two-class rerankers order their classes
 to 0..1 instead, which equals ``CrossEncoder``'s default for one-label models.
 The request ``instruction`` is ignored: BERT-style cross-encoders have no
 instruction slot.
+
+The network runs on the entry's backend (``_backends``: PyTorch, ONNX Runtime or
+OpenVINO); ``auto`` keeps a backend only when its scores on the probe pairs are
+within the entry's tolerance of PyTorch fp32's.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from sift_server.adapters import _backends as backends
 from sift_server.adapters._lora import LoraSlots, lora_of
-from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, configure_threads, module_bytes, select_device
+from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
+from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, select_device
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -37,7 +44,7 @@ from sift_server.adapters.base import (
 from sift_server.errors import InputTooLong, InvalidInput
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 # Every score request may fuse with every other: pairs are independent.
 SCORE_COMPAT_KEY = "score"
@@ -45,18 +52,52 @@ ACTIVATIONS = ("identity", "sigmoid")
 # Tokenizers without a real limit report a huge sentinel model_max_length.
 
 
+class _Logits(backends.Graph):
+    """The classifier: the tokenizer's inputs (in its order) -> logits."""
+
+    kind = "cross-encoder"
+    output = "logits"
+
+    def __init__(self, folder: Path, inputs: tuple[str, ...]) -> None:
+        super().__init__(folder)
+        self.inputs = inputs
+
+    def build_module(self) -> torch.nn.Module:
+        from transformers import AutoModelForSequenceClassification
+
+        model = AutoModelForSequenceClassification.from_pretrained(self.folder, local_files_only=True)
+        return _ByPosition(model, self.inputs)
+
+
+class _ByPosition(torch.nn.Module):
+    """Positional inputs (what export and the runners pass) to the model's keywords."""
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.model(**dict(zip(self.names, tensors, strict=True))).logits
+        return logits
+
+
 class CrossEncoderAdapter(Adapter):
     """Scores (query, text) pairs with an ``AutoModelForSequenceClassification``."""
 
     def __init__(
         self,
-        model: PreTrainedModel,
+        runner: backends.Runner,
         tokenizer: PreTrainedTokenizerBase,
         max_length: int,
         activation: str,
+        runtime: dict[str, Any] | None = None,
     ) -> None:
-        self.model = model
-        self.loras = LoraSlots(model)
+        self.runner = runner
+        # LoRA layers go into the PyTorch model: only a torch runner serves them
+        # (the loader runs an entry with loras on torch).
+        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, backends.TorchRunner) else None
+        self.supports_lora = self.loras is not None
         # prepare runs on the event loop while forward runs in the executor
         # thread; a fast tokenizer's Rust state is not safe to share between
         # concurrent calls, so each side owns its own instance.
@@ -64,7 +105,6 @@ class CrossEncoderAdapter(Adapter):
         self._pad_tokenizer = copy.deepcopy(tokenizer)
         self.max_length = max_length
         self.activation = activation
-        self.device = next(model.parameters()).device
         self._input_names = tuple(tokenizer.model_input_names)
         self._pair_specials = tokenizer.num_special_tokens_to_add(pair=True)
         self.info = AdapterInfo(
@@ -72,23 +112,48 @@ class CrossEncoderAdapter(Adapter):
             inputs=("text",),
             outputs=("score",),
             max_sequence_length=max_length,
+            runtime=runtime or runner.describe(),
         )
 
     @classmethod
     def load(cls, ctx: LoadContext) -> CrossEncoderAdapter:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
-        configure_threads(ctx.torch_threads)
         activation = str(ctx.options.get("activation", "identity"))
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        device = select_device(ctx.options)
+        device = select_device(ctx.options) if ctx.backend in ("auto", "torch") else torch.device("cpu")
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(ctx.path, local_files_only=True)
-        model.to(device)
-        model.eval()
-        max_length = _effective_max_length(ctx.max_sequence_length, tokenizer, model)
-        return cls(model, tokenizer, max_length, activation)
+        config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
+        max_length = _effective_max_length(ctx.max_sequence_length, tokenizer, config)
+        request = backends.BackendRequest(
+            backend=ctx.backend,
+            precision=ctx.precision,
+            tolerance=ctx.tolerance,
+            cache_dir=ctx.cache_dir,
+            threads=ctx.torch_threads,
+            device=str(device),
+        )
+        names = tuple(tokenizer.model_input_names)
+        probe = tokenizer(
+            [PROBE_QUERY] * len(PROBE_TEXTS), list(PROBE_TEXTS), truncation="only_second", max_length=max_length
+        )
+        pairs = [{name: probe[name][i] for name in names} for i in range(len(PROBE_TEXTS))]
+
+        def evaluate(runner: backends.Runner) -> np.ndarray:
+            chunks = [_logits(runner, tokenizer, pairs[i : i + BATCH])[:, -1] for i in range(0, len(pairs), BATCH)]
+            return np.concatenate(chunks)
+
+        tolerance = ctx.tolerance or backends.DEFAULT_SCORE_RELATIVE
+        runner, runtime = backends.choose(
+            _Logits(ctx.path, names),
+            request,
+            evaluate,
+            backends.score_agreement(tolerance),
+            tolerance,
+            probe_key=f"{max_length}",
+        )
+        return cls(runner, tokenizer, max_length, activation, runtime)
 
     def prepare(self, task: TaskInput) -> Prepared:
         if not isinstance(task, ScoreTask):
@@ -105,17 +170,22 @@ class CrossEncoderAdapter(Adapter):
         costs = [len(ids) for ids in encoded["input_ids"]]
         return Prepared(item_costs=costs, compat_key=SCORE_COMPAT_KEY, payload=features, input_tokens=sum(costs))
 
+    # The class serves LoRAs on the torch backend; an instance on another backend says no.
     supports_lora = True
 
     def load_lora(self, name: str, path: Path) -> None:
+        if self.loras is None:
+            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
         self.loras.load(name, path)
 
     def unload_lora(self, name: str) -> None:
-        self.loras.unload(name)
+        if self.loras is not None:
+            self.loras.unload(name)
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
-        name = lora_of(parts)
-        with self.loras.active(name):
+        if self.loras is None:
+            return self._forward(parts)
+        with self.loras.active(lora_of(parts)):
             return self._forward(parts)
 
     def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
@@ -125,25 +195,19 @@ class CrossEncoderAdapter(Adapter):
 
     def _score(self, features: list[dict[str, list[int]]]) -> list[float]:
         """Pad tokenized pairs into one batch and return one float per pair."""
-        batch = self._pad_tokenizer.pad(features, padding=True, return_tensors="pt")
-        inputs = {name: tensor.to(self.device) for name, tensor in batch.items()}
-        with torch.inference_mode():
-            logits = self.model(**inputs).logits
         # (batch, num_labels): the last column is "relevant" for 2-class heads
         # and the only column for 1-class heads.
-        scores = logits[:, -1].float()
+        scores = _logits(self.runner, self._pad_tokenizer, features)[:, -1].astype(np.float64)
         if self.activation == "sigmoid":
-            scores = torch.sigmoid(scores)
-        return [float(s) for s in scores.cpu().tolist()]
+            scores = 1.0 / (1.0 + np.exp(-scores))
+        return [float(s) for s in scores]
 
     def memory_bytes(self) -> int:
-        return module_bytes(self.model)
+        return self.runner.memory_bytes()
 
     def close(self) -> None:
         # Drop the weights now rather than when the last reference goes away.
-        torch.nn.Module.to(self.model, "meta")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        self.runner.close()
 
     def _tokenize(self, query: str, texts: list[str], truncation: bool | str) -> Mapping[str, list[list[int]]]:
         kwargs: dict[str, Any] = {"truncation": truncation, "verbose": False}
@@ -170,16 +234,24 @@ class CrossEncoderAdapter(Adapter):
                 )
 
 
-def _effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> int:
+def _logits(
+    runner: backends.Runner, tokenizer: PreTrainedTokenizerBase, features: list[dict[str, list[int]]]
+) -> np.ndarray:
+    batch = tokenizer.pad(features, padding=True, return_tensors="np")
+    feed = {name: np.asarray(value, dtype=np.int64) for name, value in batch.items()}
+    return runner(feed).astype(np.float32, copy=False)
+
+
+def _effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
     """The smallest of the catalog limit, the tokenizer limit and the position table."""
     limits = [requested] if requested else []
     if 0 < tokenizer.model_max_length < UNBOUNDED_LENGTH:
         limits.append(int(tokenizer.model_max_length))
-    positions = getattr(model.config, "max_position_embeddings", None)
+    positions = getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
-        if model.config.model_type in _OFFSET_POSITIONS:
+        if config.model_type in _OFFSET_POSITIONS:
             # RoBERTa-style tables spend pad_token_id + 1 rows before position 0.
-            positions -= (getattr(model.config, "pad_token_id", 0) or 0) + 1
+            positions -= (getattr(config, "pad_token_id", 0) or 0) + 1
         limits.append(positions)
     return min(limits) if limits else 512
 

@@ -1,7 +1,9 @@
 """Dense text embedders in the sentence-transformers layout (transformer + pooling + normalize).
 
 Tokenization happens per request in ``prepare`` (no padding: the real token
-counts are the batch cost); ``forward`` pads the whole batch once.
+counts are the batch cost); ``forward`` pads the whole batch once, runs the
+transformer on the entry's backend (``_backends``: PyTorch, ONNX Runtime or
+OpenVINO) and pools and normalizes in numpy, the same for every backend.
 """
 
 from __future__ import annotations
@@ -9,16 +11,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-from transformers import AutoModel, AutoTokenizer
 
+from sift_server.adapters import _backends as backends
 from sift_server.adapters._lora import LoraSlots, lora_of
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes
+from sift_server.adapters._probes import BATCH, PROBE_TEXTS
+from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
+
+if TYPE_CHECKING:
+    import torch
 
 Pooling = Literal["mean", "cls", "max"]
 
@@ -41,39 +46,65 @@ def _pooling_from_folder(folder: Path) -> Pooling | None:
     return None
 
 
+class _HiddenStates(backends.Graph):
+    """The transformer alone: (input_ids, attention_mask) -> last_hidden_state."""
+
+    kind = "sentence-embedder"
+    inputs = ("input_ids", "attention_mask")
+    output = "last_hidden_state"
+
+    def build_module(self) -> torch.nn.Module:
+        import torch
+        from transformers import AutoModel
+
+        class Module(torch.nn.Module):
+            def __init__(self, model: torch.nn.Module) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+                hidden: torch.Tensor = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                return hidden
+
+        return Module(AutoModel.from_pretrained(self.folder, local_files_only=True))
+
+
 class SentenceEmbedderAdapter(Adapter):
     def __init__(
         self,
-        tokenizer: Any,
-        model: torch.nn.Module,
+        tokenizer: TextTokenizer,
+        runner: backends.Runner,
         *,
+        hidden_size: int,
         pooling: Pooling,
         normalize: bool,
         max_length: int,
         query_prefix: str,
         document_prefix: str,
+        runtime: dict[str, Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.model = model
+        self.runner = runner
         self.pooling = pooling
         self.normalize = normalize
         self.max_length = max_length
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
-        self.pad_id = int(tokenizer.pad_token_id or 0)
-        self.loras = LoraSlots(model)
-        config: Any = model.config
-        hidden = int(config.hidden_size)
+        self.pad_id = tokenizer.pad_token_id
+        # LoRA layers go into the PyTorch model: only a torch runner serves them
+        # (the loader runs an entry with loras on torch).
+        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, backends.TorchRunner) else None
+        self.supports_lora = self.loras is not None
         self.info = AdapterInfo(
             tasks=frozenset({"encode"}),
             outputs=("dense",),
-            dims={"dense": hidden},
+            dims={"dense": hidden_size},
             max_sequence_length=max_length,
+            runtime=runtime or runner.describe(),
         )
 
     @classmethod
     def load(cls, ctx: LoadContext) -> SentenceEmbedderAdapter:
-        configure_threads(ctx.torch_threads)
         folder = ctx.path
         options = ctx.options
         st_config = _read_json(folder / "sentence_bert_config.json")
@@ -81,17 +112,46 @@ class SentenceEmbedderAdapter(Adapter):
         if pooling not in ("mean", "cls", "max"):
             raise ValueError(f"pooling must be mean, cls or max, not {pooling!r}")
         max_length = int(ctx.max_sequence_length or st_config.get("max_seq_length") or 512)
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModel.from_pretrained(folder, local_files_only=True)
-        model.eval()
+        tokenizer = load_tokenizer(folder)
+        normalize = bool(options.get("normalize", True))
+        request = backends.BackendRequest(
+            backend=ctx.backend,
+            precision=ctx.precision,
+            tolerance=ctx.tolerance,
+            cache_dir=ctx.cache_dir,
+            threads=ctx.torch_threads,
+            device=_device(options, ctx.backend),
+        )
+        probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
+        pad_id = tokenizer.pad_token_id
+
+        def evaluate(runner: backends.Runner) -> np.ndarray:
+            chunks = [
+                _embed(runner, probe_rows[i : i + BATCH], pad_id, pooling, normalize)
+                for i in range(0, len(probe_rows), BATCH)
+            ]
+            return np.concatenate(chunks)
+
+        tolerance = ctx.tolerance or backends.DEFAULT_COSINE
+        runner, runtime = backends.choose(
+            _HiddenStates(folder),
+            request,
+            evaluate,
+            backends.cosine_agreement(tolerance),
+            tolerance,
+            probe_key=f"{pooling}:{normalize}:{max_length}",
+        )
+        hidden_size = int(_read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
         return cls(
             tokenizer,
-            model,
+            runner,
+            hidden_size=hidden_size,
             pooling=pooling,
-            normalize=bool(options.get("normalize", True)),
+            normalize=normalize,
             max_length=max_length,
             query_prefix=str(options.get("query_prefix", "")),
             document_prefix=str(options.get("document_prefix", "")),
+            runtime=runtime,
         )
 
     # ---- prepare (event loop) -------------------------------------------
@@ -107,7 +167,7 @@ class SentenceEmbedderAdapter(Adapter):
             raise InvalidInput("This model only supports encode.")
         texts = self._texts(task)
         if task.overflow == "error":
-            ids = self.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+            ids = self.tokenizer.ids(texts, None)
             for index, row in enumerate(ids):
                 if len(row) > self.max_length:
                     raise InputTooLong(
@@ -115,45 +175,35 @@ class SentenceEmbedderAdapter(Adapter):
                         "(use overflow_policy 'truncate' to cut it)."
                     )
         else:
-            ids = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=self.max_length)[
-                "input_ids"
-            ]
+            ids = self.tokenizer.ids(texts, self.max_length)
         costs = [len(row) for row in ids]
         return Prepared(item_costs=costs, compat_key=None, payload=ids, input_tokens=sum(costs))
 
     # ---- forward (executor thread) --------------------------------------
 
+    # The class serves LoRAs on the torch backend; an instance on another backend says no.
     supports_lora = True
 
     def load_lora(self, name: str, path: Path) -> None:
+        if self.loras is None:
+            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
         self.loras.load(name, path)
 
     def unload_lora(self, name: str) -> None:
-        self.loras.unload(name)
+        if self.loras is not None:
+            self.loras.unload(name)
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
-        name = lora_of(parts)
-        with self.loras.active(name):
+        if self.loras is None:
+            return self._forward(parts)
+        with self.loras.active(lora_of(parts)):
             return self._forward(parts)
 
     def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         rows: list[list[int]] = []
         for part in parts:
             rows.extend(part.prepared.payload[part.start : part.stop])
-        width = max(len(r) for r in rows)
-        input_ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        ids_t = torch.from_numpy(input_ids)
-        mask_t = torch.from_numpy(mask)
-        with torch.inference_mode():
-            hidden = self.model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
-            pooled = self._pool(hidden, mask_t)
-            if self.normalize:
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-        vectors = pooled.float().numpy()
+        vectors = _embed(self.runner, rows, self.pad_id, self.pooling, self.normalize)
         out: list[list[Any]] = []
         offset = 0
         for part in parts:
@@ -162,14 +212,46 @@ class SentenceEmbedderAdapter(Adapter):
             offset += n
         return out
 
-    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        if self.pooling == "max":
-            return hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values
-        summed = (hidden * weights).sum(dim=1)
-        return summed / weights.sum(dim=1).clamp(min=1e-9)
-
     def memory_bytes(self) -> int:
-        return module_bytes(self.model)
+        return self.runner.memory_bytes()
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _device(options: Any, backend: str) -> str:
+    """The catalog's ``device`` option; else the GPU for torch and auto when there is one."""
+    name = options.get("device")
+    if name is not None:
+        return str(name)
+    # Without an NVIDIA device node there is no CUDA: do not pay for importing torch to learn it.
+    if backend in ("auto", "torch") and any(Path("/dev").glob("nvidia[0-9]*")):
+        import torch
+
+        if torch.cuda.is_available():  # untested here: no GPU in development
+            return "cuda"
+    return "cpu"
+
+
+def _embed(
+    runner: backends.Runner, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, normalize: bool
+) -> np.ndarray:
+    """Pad ``rows``, run the transformer, pool and (maybe) L2-normalize: float32 (n, hidden)."""
+    width = max(len(r) for r in rows)
+    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    hidden = runner({"input_ids": input_ids, "attention_mask": mask}).astype(np.float32, copy=False)
+    if pooling == "cls":
+        pooled = hidden[:, 0]
+    elif pooling == "max":
+        pooled = np.where(mask[:, :, None] == 0, -np.inf, hidden).max(axis=1)
+    else:
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    if normalize:
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        pooled = pooled / np.maximum(norms, 1e-12)
+    return np.ascontiguousarray(pooled, dtype=np.float32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -67,6 +68,7 @@ def build_state(
             busy_link_gap=settings.busy_link_gap_ms / 1000,
             quiet_gap=settings.quiet_gap_ms / 1000,
             return_horizon=settings.return_horizon_ms / 1000,
+            shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
         )
         config = WorkerConfig(scheduler=scheduling, forward_nice=settings.forward_nice)
         worker = ModelWorker(

@@ -27,8 +27,13 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
                     raise BodyTooLarge(f"Request body exceeds the limit of {limit} bytes.")
                 chunks.append(chunk)
     except TimeoutError:
-        log.info("%s %s: body not complete after %.1fs (%d bytes read): 408", request.method, request.url.path,
-                 timeout_s or 0.0, size)
+        log.info(
+            "%s %s: body not complete after %.1fs (%d bytes read): 408",
+            request.method,
+            request.url.path,
+            timeout_s or 0.0,
+            size,
+        )
         raise BodyTimeout(f"The request body was not received within {timeout_s:g} s.") from None
     except ClientDisconnect:
         log.info("%s %s: client disconnected mid-body after %d bytes: 499", request.method, request.url.path, size)

@@ -54,6 +54,7 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
         "routing": {"policy": None, "upstream_kind": None},
         "tasks": list(spec.tasks),
         "description": spec.description,
+        "runtime": dict(record.adapter.info.runtime) if record.adapter else None,
     }
 
 

@@ -61,6 +61,7 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
     if phase["kind"] == "closed":
         span = phase["window_end"] - phase["window_start"]
         stats["throughput"] = len(good) * items_per_request / span if span > 0 else 0.0
+        stats["server_cores"] = phase.get("server_cores")
         lat = stats["latency_ms"]
         stats["tail_ratio"] = percentile(lat, 99) / percentile(lat, 50) if lat else None
     return stats
@@ -97,7 +98,7 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
             "latency_p99_ms": percentile(s["latency_ms"], 99) if s["latency_ms"] else None,
             "queue_p95_ms": percentile(s["queue_ms"], 95) if s["queue_ms"] else None,
         }
-        for key in ("one_forward", "bursts", "throughput", "tail_ratio"):
+        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "server_cores"):
             if key in s:
                 row[key] = s[key]
         out["per_trial"].append(row)

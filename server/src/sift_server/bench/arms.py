@@ -9,6 +9,11 @@ prepare therefore cannot change what is measured, and the manifest is checked
 again before every server start. The revision's server runs from its folder
 (``PYTHONPATH=<folder>/server/src``) with the current virtual environment's
 dependencies.
+
+A *backend arm* runs the current tree with the adaptive policy and every model
+on one backend (``sift serve --backend``): ``torch`` (PyTorch fp32, the path
+before backends existed), ``onnx``, ``openvino``, ``auto``, or any of them with
+``:PRECISION`` (``openvino:fp32``, ``onnx:int8``, ``torch:bf16``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ class Arm:
     commit: str | None = None
     folder: Path | None = None
     manifest: dict[str, Any] | None = field(default=None, repr=False)
+    backend: str | None = None
+
+    @property
+    def server_args(self) -> list[str]:
+        """Extra ``sift serve`` arguments of this arm."""
+        return ["--backend", self.backend] if self.backend else []
 
     @property
     def pythonpath(self) -> Path | None:
@@ -58,11 +69,30 @@ class Arm:
             "commit": self.commit,
             "folder": str(self.folder) if self.folder else None,
             "manifest_digest": self.manifest.get("digest") if self.manifest else None,
+            "backend": self.backend,
         }
 
 
 def policy_arm(policy: str) -> Arm:
     return Arm(name=policy, policy=policy)
+
+
+BACKEND_ARMS = ("torch", "onnx", "openvino", "auto")
+_ARM_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+# A bare "torch" arm is today's path exactly: PyTorch fp32, nothing left to choose.
+_BARE = {"torch": "torch:fp32"}
+
+
+def is_backend_arm(name: str) -> bool:
+    backend, _, precision = name.partition(":")
+    return backend in BACKEND_ARMS and (not precision or precision in _ARM_PRECISIONS)
+
+
+def backend_arm(name: str, policy: str = "adaptive") -> Arm:
+    """An arm of the current tree serving every model on backend ``name``."""
+    if not is_backend_arm(name):
+        raise ArmError(f"not a backend arm: {name!r} (one of {', '.join(BACKEND_ARMS)}, optionally :PRECISION)")
+    return Arm(name=name, policy=policy, backend=_BARE.get(name, name))
 
 
 # ---- hashing ------------------------------------------------------------

@@ -42,11 +42,20 @@ def _sizes(text: str) -> tuple[int, ...]:
     return values
 
 
+def _arm(text: str) -> str:
+    from sift_server.bench.arms import is_backend_arm
+
+    if text in POLICIES or is_backend_arm(text):
+        return text
+    raise argparse.ArgumentTypeError(f"not a policy ({', '.join(POLICIES)}) nor a backend arm: {text!r}")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     arms = p.add_argument_group("arms")
-    arms.add_argument("--arm", action="append", choices=POLICIES, metavar="POLICY",
-                      help=f"a policy of the current tree (repeatable; {', '.join(POLICIES)}); "
-                      "default: all three unless --rev is given")  # fmt: skip
+    arms.add_argument("--arm", action="append", type=_arm, metavar="ARM",
+                      help=f"a policy of the current tree ({', '.join(POLICIES)}) or a backend arm "
+                      "(torch, onnx, openvino, auto, optionally :PRECISION, e.g. openvino:fp32) "
+                      "(repeatable); default: all three policies unless --rev is given")  # fmt: skip
     arms.add_argument("--rev", action="append", default=[], metavar="REF",
                       help="a git revision, archived and run with --rev-policy (repeatable)")  # fmt: skip
     arms.add_argument("--rev-policy", choices=POLICIES, default="adaptive", help="policy of --rev arms")
@@ -124,7 +133,15 @@ def _rebuild(path: Path, make_plots: bool) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sift_server.bench.arms import Arm, ArmError, check_rev_imports, policy_arm, prepare_rev_arm, repo_root
+    from sift_server.bench.arms import (
+        Arm,
+        ArmError,
+        backend_arm,
+        check_rev_imports,
+        policy_arm,
+        prepare_rev_arm,
+        repo_root,
+    )
     from sift_server.bench.client import sdk_available
     from sift_server.bench.phases import PhasePlan
     from sift_server.bench.report import console_summary
@@ -165,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
         request = RequestSpec("extract", labels=tuple(labels))
 
     policies = args.arm or ([] if args.rev else list(POLICIES))
-    arms: list[Arm] = [policy_arm(p) for p in dict.fromkeys(policies)]
+    arms: list[Arm] = [policy_arm(p) if p in POLICIES else backend_arm(p) for p in dict.fromkeys(policies)]
     rev_root: Path | None = None
     try:
         if args.rev:

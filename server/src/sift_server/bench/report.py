@@ -58,7 +58,7 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
     headers += [f"b{p.removeprefix('burst')} one fwd" for p in bursts]
     for p in closed:
         c = p.removeprefix("closed")
-        headers += [f"c{c} items/s"] + ([f"c{c} /ceiling"] if best else []) + [f"c{c} p99/p50"]
+        headers += [f"c{c} items/s", f"c{c} cores"] + ([f"c{c} /ceiling"] if best else []) + [f"c{c} p99/p50"]
     headers += ["joined", "targets met"]
     rows = []
     for arm, s in summary.items():
@@ -73,6 +73,9 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
             d = s.get(p)
             geo = d["throughput"]["geomean"] if d else None
             row.append(_f(geo, 1))
+            # Cores the server used (CPU time / wall time), worst trial: more than pinned means a stray pool.
+            cores = [r["server_cores"] for r in d["per_trial"] if r.get("server_cores") is not None] if d else []
+            row.append(_f(max(cores), 2) if cores else "-")
             if best:
                 row.append(_f(geo / best if geo else None, 3))
             tails = [r["tail_ratio"] for r in d["per_trial"] if r.get("tail_ratio")] if d else []
@@ -211,8 +214,10 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
                 continue
             per = ", ".join(_f(v, 1) for v in d["throughput"]["per_trial"])
             tails = ", ".join(_f(r.get("tail_ratio"), 2) for r in d["per_trial"])
-            trow.append([arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, tails])
-        out += [md_table(["arm", "items/s geomean", "median", "per trial", "p99/p50 per trial"], trow), ""]
+            cores = ", ".join(_f(r.get("server_cores"), 2) for r in d["per_trial"])
+            trow.append([arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, cores, tails])
+        headers = ["arm", "items/s geomean", "median", "per trial", "server cores per trial", "p99/p50 per trial"]
+        out += [md_table(headers, trow), "", "Server cores: the server's CPU time over wall time in the phase.", ""]
     return out
 
 

@@ -36,6 +36,7 @@ from sift_server.bench.join import JoinResult, burst_pattern, join_requests
 from sift_server.bench.ordering import trial_orders
 from sift_server.bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
 from sift_server.bench.request import RequestSpec
+from sift_server.bench.server_cpu import CpuSampler
 from sift_server.bench.server_proc import ServerProcess, ServerSpec, ServerStartError
 from sift_server.bench.targets import evaluate
 from sift_server.bench.workload import Workload, texts_for
@@ -233,14 +234,18 @@ def run_one(
         cpus=config.server_cpus,
         pythonpath=arm.pythonpath,
         ready_timeout_s=config.ready_timeout_s,
+        extra_args=arm.server_args,
     )
     server = ServerProcess(spec)
+    sampler: CpuSampler | None = None
     warm: list[PhaseResult] = []
     measured: list[PhaseResult] = []
     texts = texts_for(config.workload, seed=config.seed)
     try:
         progress.phase(f"{arm.name}: starting server", None)
         server.start()
+        assert server.process is not None
+        sampler = CpuSampler(server.process.pid).start()
         run["server"] = {"port": server.port, "startup_s": server.startup_s, "command": server.command}
         progress.log(f"trial {trial + 1} · {arm.name}: server ready in {server.startup_s:.1f} s")
         dense = config.request.primitive == "encode" and config.request.output_type == "dense"
@@ -275,6 +280,8 @@ def run_one(
     except PhaseAborted as exc:
         problems.append(str(exc))
     finally:
+        if sampler is not None:
+            sampler.stop()
         server.stop()
         if "server" in run:
             run["server"]["returncode"] = server.returncode
@@ -288,6 +295,9 @@ def run_one(
     run["joined"] = len(join.joined)
     run["missing"] = join.missing[:50]
     run["phases"] = {p.name: phase_to_dict(p, join) for p in measured}
+    for p in measured:
+        # Cores the server used during the phase (CPU time / wall time).
+        run["phases"][p.name]["server_cores"] = sampler.cores_used(p.start, p.end) if sampler else None
     problems += _invalid_summary([*warm, *measured])
     expected = config.plan.phase_names()
     if not problems and [p.name for p in measured] != expected:

@@ -51,6 +51,8 @@ class SchedulerState:
     wave_back: bool = False
     # Fixed seconds of a forward (engine.forward_cost); None while unknown.
     fixed_cost: float | None = None
+    # The event loop that reads requests and the forward share one core.
+    shared_core: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +193,9 @@ class AdaptivePolicy:
     Before those, and for work that queued behind a forward too: hold for the
     rest of a returning wave where that pays (``wave_hold``); then work that
     queued behind a forward goes at once (``backlog``), or ``wave`` once a
-    wave held for is back.
+    wave held for is back. Where the loop and the forward share one core,
+    backlog waits for requests already being read (at most ``max_hold`` after
+    the forward ended), so their reading does not interleave with the forward.
 
     Followers are counted by the arrival model, never by comparing its
     cluster size with the lane: part of a cluster may already have run (or
@@ -219,6 +223,10 @@ class AdaptivePolicy:
         if state.wave_back and lane.requests > 1:
             return Dispatch(lane.lane, "wave")
         if _is_backlog(state, lane):
+            if state.shared_core and state.ingress_pending > 0 and now < state.last_forward_end + self.max_hold:
+                # On one shared core, requests being read would interleave with the
+                # forward and slow both: let them join this batch (admission wakes us).
+                return WaitUntil(state.last_forward_end + self.max_hold)
             return Dispatch(lane.lane, "backlog")
         arrivals = state.arrivals
         # A burst that is known to be coming may trickle in slowly (a slow

@@ -58,6 +58,8 @@ class SchedulerConfig:
     quiet_gap: float = 0.005
     # A head that arrived this soon after a forward ended is sustained load (load caps).
     return_horizon: float = 0.010
+    # The loop that reads requests and the forward thread share one core (the worker sets it).
+    shared_core: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +271,7 @@ class Scheduler:
             wave_deadline=self.waves.deadline(now),
             wave_back=returning and self.waves.back(now),
             fixed_cost=self.costs.fixed,
+            shared_core=self.config.shared_core,
         )
 
     def decide(self, now: float) -> Decision:

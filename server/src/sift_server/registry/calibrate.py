@@ -20,6 +20,7 @@ from sift_server.engine.batch_queue import Caps
 
 PROBE_TEXT = "A short sentence of about the length of a search query or a title."
 SIZES = (1, 2, 4, 8, 16, 32)
+NEAR_BEST = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +39,12 @@ class Curve:
 
     @property
     def best_size(self) -> int:
+        """The largest batch that runs within ``NEAR_BEST`` of the best items/s: on a
+        nearly flat curve (noise on a shared core, or a backend that is efficient
+        from small batches on) a cap at the noisy maximum would only shrink batches."""
         rates = self.items_per_second
-        return max(rates, key=lambda n: rates[n])
+        best = max(rates.values())
+        return max(n for n, rate in rates.items() if rate >= NEAR_BEST * best)
 
 
 def measure(adapter: Adapter, sizes: Sequence[int] = SIZES, repeats: int = 3) -> Curve | None:

@@ -78,6 +78,12 @@ class ModelSpec(BaseModel):
     tasks: list[TaskName] = Field(min_length=1)
     max_sequence_length: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
+    # Where the forward runs (adapters/_backends.py): auto picks the fastest backend
+    # whose probe outputs match PyTorch fp32 within ``tolerance`` (min cosine for
+    # embeddings, relative score difference for rerankers); int8 is opt-in only.
+    backend: Literal["auto", "torch", "onnx", "openvino"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16", "int8"] | None = None
+    tolerance: float | None = Field(default=None, gt=0)
     batching: Batching = Field(default_factory=Batching)
     # LoRA adapters served on top of this model, by the name requests use (options.lora).
     loras: dict[str, LoraSource] = Field(default_factory=dict)
@@ -90,6 +96,8 @@ class ModelSpec(BaseModel):
     def _known_adapter(self) -> ModelSpec:
         if self.adapter not in ADAPTERS:
             raise ValueError(f"unknown adapter {self.adapter!r}; known: {', '.join(sorted(ADAPTERS))}")
+        if self.precision == "int8" and self.backend != "onnx":
+            raise ValueError("precision int8 is opt-in and runs on backend onnx only")
         return self
 
 

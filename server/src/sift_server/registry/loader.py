@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from sift_server.adapters.base import Adapter, LoadContext
 from sift_server.registry.adapters import adapter_class
 from sift_server.registry.catalog import ModelSpec, resolve_local_path
+
+log = logging.getLogger(__name__)
 
 
 def default_torch_threads() -> int:
@@ -25,12 +28,33 @@ def weights_folder(spec: ModelSpec) -> Path:
     return Path(snapshot_download(spec.source.hf, revision=spec.source.revision))
 
 
+def backend_override() -> tuple[str | None, str | None]:
+    """``SIFT_BACKEND`` (``backend`` or ``backend:precision``) replaces every
+    entry's backend and precision: ``sift serve --backend`` and the bench's
+    backend arms set it."""
+    value = os.environ.get("SIFT_BACKEND", "").strip()
+    if not value:
+        return None, None
+    backend, _, precision = value.partition(":")
+    return backend.strip(), (precision.strip() or None)
+
+
 def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
+    backend, precision = backend_override()
+    if backend is None:
+        backend, precision = spec.backend, spec.precision
+    if spec.loras and (backend, precision) != ("torch", "fp32"):
+        # LoRA layers are injected into the PyTorch model: such an entry runs on it, in fp32.
+        log.info("model %s has LoRA adapters: it runs on torch fp32, not %s", spec.name, backend)
+        backend, precision = "torch", "fp32"
     ctx = LoadContext(
         path=weights_folder(spec),
         options=spec.options,
         max_sequence_length=spec.max_sequence_length,
         torch_threads=torch_threads or default_torch_threads(),
+        backend=backend,
+        precision=precision,
+        tolerance=spec.tolerance,
     )
     return adapter_class(spec.adapter).load(ctx)
 

@@ -242,9 +242,7 @@ class Registry:
         )
 
     def _evictable(self, keep: str) -> list[ModelRecord]:
-        return [
-            r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep and not self.is_busy(r)
-        ]
+        return [r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep and not self.is_busy(r)]
 
     def _room_blockers(self, incoming: int, *, keep: str) -> list[str]:
         """Busy models that keep ``incoming`` bytes from fitting even after every
@@ -267,7 +265,9 @@ class Registry:
             if not victims:
                 log.warning(
                     "memory budget exceeded (%.0f MiB loaded + %.0f MiB incoming > %.0f MiB): the others are busy",
-                    self.loaded_bytes() / 2**20, incoming / 2**20, self.memory_budget_bytes / 2**20,
+                    self.loaded_bytes() / 2**20,
+                    incoming / 2**20,
+                    self.memory_budget_bytes / 2**20,
                 )
                 return
             await self.evict(min(victims, key=lambda r: r.last_used).spec.name)

@@ -1,0 +1,611 @@
+"""Where an adapter's forward runs: PyTorch, ONNX Runtime or OpenVINO, and at
+which precision; ``auto`` picks, on this machine, the fastest one whose outputs
+on a fixed probe set match PyTorch fp32 within the entry's tolerance.
+
+Adapters describe their network as a :class:`Graph` (int64 ``(batch, seq)``
+inputs in a fixed order, one float output) and get back a :class:`Runner`: a
+callable from numpy inputs to a numpy output. Nothing outside the adapters
+knows a backend exists.
+
+Threads: every backend is told its thread count explicitly (the cores in the
+process's CPU affinity unless the server says otherwise). ONNX Runtime would
+otherwise size its pool by the machine and ignore ``taskset``.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import importlib.util
+import logging
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from sift_server.adapters import _artifacts as artifacts
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+BackendName = Literal["auto", "torch", "onnx", "openvino"]
+PrecisionName = Literal["fp32", "bf16", "fp16", "int8"]
+BACKENDS: tuple[str, ...] = ("auto", "torch", "onnx", "openvino")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "int8")
+# Which (backend, precision) pairs exist at all; int8 is never chosen by auto.
+SUPPORTED: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("torch", "fp32"),
+        ("torch", "bf16"),
+        ("torch", "fp16"),
+        ("onnx", "fp32"),
+        ("onnx", "int8"),
+        ("openvino", "fp32"),
+        ("openvino", "bf16"),
+    }
+)
+_LIBRARY = {"onnx": "onnxruntime", "openvino": "openvino"}
+PROBE_VERSION = "1"
+TIMING_REPEATS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    backend: str
+    precision: str
+
+    def __str__(self) -> str:
+        return f"{self.backend}/{self.precision}"
+
+
+REFERENCE = Choice("torch", "fp32")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRequest:
+    """What the catalog entry (or the ``SIFT_BACKEND`` override) asks for."""
+
+    backend: str = "torch"
+    precision: str | None = None
+    tolerance: float | None = None
+    cache_dir: Path | None = None
+    threads: int = 1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.backend != "auto" and self.precision is not None and (self.backend, self.precision) not in SUPPORTED:
+            raise ValueError(f"backend {self.backend} does not run precision {self.precision}")
+        if self.precision == "int8" and self.backend == "auto":
+            raise ValueError("int8 is never chosen automatically: name the backend (onnx) with precision int8")
+        if self.device.startswith("cuda") and self.backend in ("onnx", "openvino"):
+            raise ValueError(f"backend {self.backend} runs on the CPU here; use torch (or auto) on a GPU")
+
+
+def candidates(request: BackendRequest) -> list[Choice]:
+    """What ``request`` leaves to choose from, the reference (torch fp32) first."""
+    if request.device.startswith("cuda"):
+        pool = [REFERENCE, Choice("torch", "fp16"), Choice("torch", "bf16")]
+    else:
+        pool = [REFERENCE, Choice("onnx", "fp32"), Choice("openvino", "fp32"), Choice("openvino", "bf16")]
+        pool.append(Choice("torch", "bf16"))
+    if request.backend != "auto":
+        pool = [c for c in pool if c.backend == request.backend]
+    if request.precision is not None:
+        pool = [c for c in pool if c.precision == request.precision]
+        if not pool and request.backend != "auto":
+            pool = [Choice(request.backend, request.precision)]  # int8: opt-in only
+    if not pool:
+        raise ValueError(f"no backend matches backend={request.backend} precision={request.precision}")
+    return pool
+
+
+def is_explicit(request: BackendRequest) -> bool:
+    """Both named: run that, without probing or timing."""
+    return request.backend != "auto" and request.precision is not None
+
+
+def available(choice: Choice) -> bool:
+    library = _LIBRARY.get(choice.backend)
+    return library is None or importlib.util.find_spec(library) is not None
+
+
+# ---- the network an adapter runs ---------------------------------------------
+
+
+class Graph(abc.ABC):
+    """An adapter's network: ``module()`` is a torch module taking the int64
+    ``inputs`` positionally and returning the float ``output`` tensor."""
+
+    kind: str
+    inputs: tuple[str, ...]
+    output: str
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._module: torch.nn.Module | None = None
+
+    @abc.abstractmethod
+    def build_module(self) -> torch.nn.Module: ...
+
+    def module(self) -> torch.nn.Module:
+        """The fp32 CPU module, built once (export and the reference share it)."""
+        if self._module is None:
+            self._module = self.build_module().eval()
+        return self._module
+
+    def release(self) -> None:
+        """Forget the torch module (after a non-torch backend won)."""
+        self._module = None
+
+
+# ---- runners -------------------------------------------------------------------
+
+
+class Runner(abc.ABC):
+    choice: Choice
+    # What actually runs (OpenVINO may ignore a bf16 hint on a CPU without bf16).
+    effective_precision: str
+
+    @abc.abstractmethod
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray: ...
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.choice.backend, "precision": self.effective_precision}
+
+
+class TorchRunner(Runner):
+    def __init__(self, graph: Graph, choice: Choice, device: str, threads: int) -> None:
+        import torch
+
+        from sift_server.adapters._torch_runtime import configure_threads, module_bytes
+
+        configure_threads(threads)
+        module = graph.module()
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
+        if dtype != torch.float32 or device != "cpu":
+            import copy
+
+            module = copy.deepcopy(module).to(device=device, dtype=dtype)
+        self.module = module
+        self.device = torch.device(device)
+        self.choice = choice
+        self.effective_precision = choice.precision
+        self.inputs = graph.inputs
+        self._bytes = module_bytes(module)
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        args = [torch.from_numpy(np.ascontiguousarray(feed[name])).to(self.device) for name in self.inputs]
+        with torch.inference_mode():
+            out = self.module(*args)
+        result: np.ndarray = out.float().cpu().numpy()
+        return result
+
+    def base_model(self) -> torch.nn.Module:
+        """The Hugging Face model inside the graph's wrapper (where LoRA layers go)."""
+        import torch
+
+        inner = getattr(self.module, "model", self.module)
+        assert isinstance(inner, torch.nn.Module)
+        return inner
+
+    def memory_bytes(self) -> int:
+        return self._bytes
+
+    def close(self) -> None:
+        import torch
+
+        self.module.to("meta")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class OnnxRunner(Runner):
+    def __init__(self, path: Path, choice: Choice, threads: int) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        # Told explicitly: left alone, ONNX Runtime sizes its pool by the machine, not the affinity.
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # The event loop shares these cores: idle pool threads must sleep, not spin.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.choice = choice
+        self.effective_precision = choice.precision
+        self._bytes = path.stat().st_size
+        self.threads = threads
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray:
+        result: np.ndarray = self.session.run(None, {name: feed[name] for name in self.names})[0]
+        return result
+
+    def memory_bytes(self) -> int:
+        return self._bytes
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "intra_op_threads": self.threads, "inter_op_threads": 1}
+
+
+def _openvino() -> Any:
+    """``import openvino``, then stop the thread pool its telemetry starts on import:
+    a server sends nothing anywhere, and a lingering non-daemon thread would hold
+    the process at exit."""
+    import openvino as ov
+
+    try:
+        from openvino_telemetry.main import Telemetry
+    except ImportError:
+        return ov
+    instance = getattr(Telemetry, "_SingletonMetaClass__single_instance", None)
+    executor = getattr(getattr(instance, "sender", None), "executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, cancel_futures=True)
+    return ov
+
+
+class OpenVinoRunner(Runner):
+    def __init__(self, xml: Path, choice: Choice, threads: int) -> None:
+        ov = _openvino()
+
+        hint = {"fp32": "f32", "bf16": "bf16"}[choice.precision]
+        core = ov.Core()
+        config = {
+            "INFERENCE_NUM_THREADS": threads,
+            "NUM_STREAMS": 1,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": hint,
+        }
+        self.compiled = core.compile_model(str(xml), "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.names = [port.get_any_name() for port in self.compiled.inputs]
+        hint_type = self.compiled.get_property("INFERENCE_PRECISION_HINT")
+        actual = str(hint_type.get_type_name()) if hasattr(hint_type, "get_type_name") else str(hint_type)
+        self.choice = choice
+        self.effective_precision = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}.get(actual, actual)
+        self.threads = threads
+        self._bytes = sum(p.stat().st_size for p in xml.parent.glob("model.*"))
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray:
+        outputs = self.request.infer({name: feed[name] for name in self.names})
+        # The request reuses its output buffer on the next call: copy.
+        return np.array(outputs[0], dtype=np.float32, copy=True)
+
+    def memory_bytes(self) -> int:
+        return self._bytes
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "inference_num_threads": self.threads}
+
+
+# ---- export ------------------------------------------------------------------
+
+
+def _export_onnx(graph: Graph, dest: Path) -> None:
+    import torch
+
+    module = graph.module()
+    example = tuple(torch.ones((2, 8), dtype=torch.long) for _ in graph.inputs)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    # The exporter's graph passes log every rewrite at INFO: keep the server log readable.
+    quiet = [logging.getLogger(name) for name in ("onnx_ir", "onnxscript", "torch.onnx", "torch.export")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.WARNING)
+    try:
+        _torch_onnx_export(graph, module, example, batch, seq, dest)
+    finally:
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _torch_onnx_export(graph: Graph, module: Any, example: Any, batch: Any, seq: Any, dest: Path) -> None:
+    import torch
+
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(
+            module,
+            example,
+            str(dest / "model.onnx"),
+            input_names=list(graph.inputs),
+            output_names=[graph.output],
+            dynamic_shapes=_dynamic_shapes(module, len(graph.inputs), {0: batch, 1: seq}),
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+
+
+def _dynamic_shapes(module: Any, count: int, axes: dict[int, Any]) -> tuple[Any, ...]:
+    """One ``axes`` per input; a ``forward(*tensors)`` takes them as one nested tuple."""
+    import inspect
+
+    shapes = tuple(axes for _ in range(count))
+    parameters = inspect.signature(module.forward).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return (shapes,)
+    return shapes
+
+
+def _quantize_int8(source: Path, dest: Path) -> None:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The exporter's intermediate shape annotations can disagree with the quantizer's own
+    # shape inference (a cross-encoder's head): drop them and let it infer afresh.
+    model = onnx.load(str(source / "model.onnx"))
+    del model.graph.value_info[:]
+    plain = dest / "plain.onnx.tmp"
+    onnx.save(model, str(plain))
+    try:
+        quantize_dynamic(str(plain), str(dest / "model.onnx"), weight_type=QuantType.QInt8)
+    finally:
+        plain.unlink(missing_ok=True)
+
+
+def _convert_openvino(source: Path, dest: Path) -> None:
+    ov = _openvino()
+
+    ov.save_model(ov.convert_model(str(source / "model.onnx")), str(dest / "model.xml"), compress_to_fp16=False)
+
+
+@dataclass(slots=True)
+class Artifacts:
+    """Exports of one graph into one cache folder, keyed by content and versions."""
+
+    graph: Graph
+    cache: Path
+    model_hash: str
+    versions: Mapping[str, str] = field(default_factory=artifacts.library_versions)
+
+    def _parts(self, backend: str, precision: str) -> dict[str, Any]:
+        return {
+            "model": self.model_hash,
+            "graph": self.graph.kind,
+            "inputs": list(self.graph.inputs),
+            "backend": backend,
+            "precision": precision,
+            "versions": dict(self.versions),
+        }
+
+    def onnx(self, precision: str = "fp32") -> Path:
+        what = f"{self.graph.kind} {self.graph.folder.name} onnx/{precision}"
+        fp32 = artifacts.ensure_artifact(
+            self.cache, "onnx", self._parts("onnx", "fp32"), lambda d: _export_onnx(self.graph, d), what
+        )
+        if precision == "fp32":
+            return fp32
+        return artifacts.ensure_artifact(
+            self.cache, "onnx", self._parts("onnx", precision), lambda d: _quantize_int8(fp32, d), what
+        )
+
+    def openvino(self) -> Path:
+        # One fp32 IR serves every precision: OpenVINO's precision is a compile-time hint.
+        # The ONNX graph it is converted from is only needed (and checked) when the IR is missing.
+        what = f"{self.graph.kind} {self.graph.folder.name} openvino IR"
+        return artifacts.ensure_artifact(
+            self.cache,
+            "openvino",
+            self._parts("openvino", "fp32"),
+            lambda d: _convert_openvino(self.onnx("fp32"), d),
+            what,
+        )
+
+
+def open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> Runner:
+    if choice.backend == "torch":
+        return TorchRunner(graph, choice, request.device, request.threads)
+    assert store is not None
+    if choice.backend == "onnx":
+        return OnnxRunner(store.onnx(choice.precision) / "model.onnx", choice, request.threads)
+    if choice.backend == "openvino":
+        return OpenVinoRunner(store.openvino() / "model.xml", choice, request.threads)
+    raise ValueError(f"unknown backend {choice.backend!r}")
+
+
+# ---- choosing ------------------------------------------------------------------
+
+
+Evaluate = Callable[[Runner], np.ndarray]
+Agree = Callable[[np.ndarray, np.ndarray], tuple[bool, float]]
+
+
+def _seconds(evaluate: Evaluate, runner: Runner) -> float:
+    best = float("inf")
+    for _ in range(TIMING_REPEATS):
+        start = time.perf_counter()
+        evaluate(runner)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+def _cpu_signature() -> str:
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith(("model name", "flags")):
+                    flags += line
+                if line.startswith("flags"):
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()}:{platform.processor()}:{artifacts.artifact_key({'cpu': flags})}"
+
+
+def choose(
+    graph: Graph,
+    request: BackendRequest,
+    evaluate: Evaluate,
+    agree: Agree,
+    tolerance: float,
+    probe_key: str = "",
+) -> tuple[Runner, dict[str, Any]]:
+    """Open the runner the request names, or the fastest that agrees with torch fp32.
+
+    ``probe_key`` names whatever else shapes ``evaluate``'s outputs (pooling,
+    length limit): a recorded decision holds only for the same. Returns the
+    runner and a description for ``/v1/models`` (backend, precision, how it was
+    chosen and, for ``auto``, what each candidate measured)."""
+    pool = [c for c in candidates(request) if available(c)]
+    if not pool:
+        raise ImportError(f"backend {request.backend} needs {_LIBRARY.get(request.backend)}, which is not installed")
+    needs_store = any(c.backend != "torch" for c in pool)
+    store: Artifacts | None = None
+    cache: Path | None = None
+    if needs_store:
+        cache = artifacts.usable_cache_dir(request.cache_dir)
+        store = Artifacts(graph, cache, artifacts.content_hash(graph.folder, cache))
+    if is_explicit(request) or len(pool) == 1:
+        runner = open_runner(graph, pool[0], request, store)
+        _drop_reference(graph, runner)
+        return runner, {**runner.describe(), "selected_by": "catalog"}
+
+    model_hash = store.model_hash if store is not None else artifacts.content_hash(graph.folder)
+    decision_key = artifacts.artifact_key(
+        {
+            "model": model_hash,
+            "graph": graph.kind,
+            "candidates": [str(c) for c in pool],
+            "threads": request.threads,
+            "device": request.device,
+            "cpu": _cpu_signature(),
+            "tolerance": tolerance,
+            "probe": f"{PROBE_VERSION}:{probe_key}",
+            "versions": artifacts.library_versions(),
+        }
+    )
+    decisions = cache if cache is not None else artifacts.usable_cache_dir(request.cache_dir)
+    cached = artifacts.read_decision(decisions, decision_key)
+    if cached is not None:
+        known = {str(c): c for c in pool}
+        choice = known.get(str(cached.get("choice")))
+        if choice is not None:
+            try:
+                runner = open_runner(graph, choice, request, store)
+            except Exception as exc:  # fall back to deciding again
+                log.warning("%s: the recorded choice %s failed to open (%s); deciding again", graph.kind, choice, exc)
+            else:
+                _drop_reference(graph, runner)
+                measured = cached.get("measured", {})
+                return runner, {**runner.describe(), "selected_by": "auto (recorded)", "measured": measured}
+
+    runner, measured = _decide(graph, request, pool, store, evaluate, agree, tolerance)
+    artifacts.write_decision(decisions, decision_key, {"choice": str(runner.choice), "measured": measured})
+    _drop_reference(graph, runner)
+    return runner, {**runner.describe(), "selected_by": "auto", "measured": measured}
+
+
+def _decide(
+    graph: Graph,
+    request: BackendRequest,
+    pool: Sequence[Choice],
+    store: Artifacts | None,
+    evaluate: Evaluate,
+    agree: Agree,
+    tolerance: float,
+) -> tuple[Runner, dict[str, Any]]:
+    reference = open_runner(graph, REFERENCE, request, store)
+    expected = evaluate(reference)
+    best: tuple[float, Runner] = (_seconds(evaluate, reference), reference)
+    measured: dict[str, Any] = {str(REFERENCE): {"agreement": 1.0, "seconds": round(best[0], 6), "passed": True}}
+    log.info("%s: choosing a backend among %s (tolerance %g)", graph.kind, ", ".join(map(str, pool)), tolerance)
+    for choice in pool:
+        if choice == REFERENCE:
+            continue
+        try:
+            runner = open_runner(graph, choice, request, store)
+        except Exception as exc:  # one backend failing must not stop the load
+            log.warning("%s: backend %s could not be opened: %s", graph.kind, choice, exc)
+            measured[str(choice)] = {"error": f"{type(exc).__name__}: {exc}"[:300], "passed": False}
+            continue
+        if runner.effective_precision != choice.precision:
+            # e.g. OpenVINO on a CPU without bf16: the same as a candidate already measured.
+            measured[str(choice)] = {"passed": False, "note": f"runs as {runner.effective_precision}"}
+            runner.close()
+            continue
+        ok, agreement = agree(evaluate(runner), expected)
+        entry: dict[str, Any] = {"agreement": round(float(agreement), 8), "passed": ok}
+        if ok:
+            seconds = _seconds(evaluate, runner)
+            entry["seconds"] = round(seconds, 6)
+            if seconds < best[0]:
+                if best[1] is not reference:
+                    best[1].close()
+                best = (seconds, runner)
+            else:
+                runner.close()
+        else:
+            log.info("%s: %s misses the tolerance (%.6f)", graph.kind, choice, agreement)
+            runner.close()
+        measured[str(choice)] = entry
+    chosen = best[1]
+    if chosen is not reference:
+        reference.close()
+    log.info(
+        "%s: backend %s chosen (%s)",
+        graph.kind,
+        chosen.choice,
+        "; ".join(f"{k}: {v.get('seconds', '-')} s, agreement {v.get('agreement', '-')}" for k, v in measured.items()),
+    )
+    return chosen, measured
+
+
+def _drop_reference(graph: Graph, runner: Runner) -> None:
+    if runner.choice.backend != "torch":
+        graph.release()
+
+
+# ---- tolerances ------------------------------------------------------------------
+
+DEFAULT_COSINE = 0.9999
+DEFAULT_SCORE_RELATIVE = 1e-3
+
+
+def cosine_agreement(tolerance: float) -> Agree:
+    """Rows agree when every row's cosine to the reference is at least ``tolerance``."""
+
+    def agree(got: np.ndarray, expected: np.ndarray) -> tuple[bool, float]:
+        a = got.astype(np.float64)
+        b = expected.astype(np.float64)
+        norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+        cosines = (a * b).sum(axis=1) / np.maximum(norms, 1e-30)
+        worst = float(cosines.min())
+        return worst >= tolerance, worst
+
+    return agree
+
+
+def score_agreement(tolerance: float) -> Agree:
+    """Scores agree when every ``|got - expected| <= tolerance * max(1, |expected|)``
+    (relative to the score, absolute below 1 so logits near zero do not explode)."""
+
+    def agree(got: np.ndarray, expected: np.ndarray) -> tuple[bool, float]:
+        a = got.astype(np.float64).ravel()
+        b = expected.astype(np.float64).ravel()
+        worst = float((np.abs(a - b) / np.maximum(1.0, np.abs(b))).max())
+        return worst <= tolerance, worst
+
+    return agree

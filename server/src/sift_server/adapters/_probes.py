@@ -1,0 +1,29 @@
+"""The fixed probe set ``auto`` compares backends on: varied lengths, casing,
+punctuation, digits and a little non-English text, so a backend that only
+agrees on easy inputs does not pass. Changing it changes
+``_backends.PROBE_VERSION``."""
+
+from __future__ import annotations
+
+PROBE_TEXTS: tuple[str, ...] = (
+    "hello",
+    "What is the capital of France?",
+    "The quick brown fox jumps over the lazy dog.",
+    "Sift batches requests dynamically and serves embeddings, scores and extractions over HTTP.",
+    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong and Buzz Aldrin walked on its surface.",
+    "A short note.",
+    "Mix of CASE and numbers: 42, 3.14159, 2026-11-30 and $1,000,000!",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "Tokenizers split rare words like antidisestablishmentarianism into several word pieces.",
+    "Rain is expected tomorrow afternoon, so bring an umbrella if you go out.",
+    "the the the the the the the the the the the the the the the the",
+    "Photosynthesis converts light energy into chemical energy stored in glucose molecules, "
+    "releasing oxygen as a by-product of splitting water inside the chloroplasts of plant cells.",
+    "Où est la bibliothèque ?",
+    "email me at someone@example.com or call +1 (555) 010-9999",
+    "Graph neural networks aggregate messages from neighbouring nodes.",
+    "OK",
+)
+
+PROBE_QUERY = "how do plants make energy from sunlight"
+BATCH = 8

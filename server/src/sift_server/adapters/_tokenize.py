@@ -1,0 +1,90 @@
+"""Token ids of texts for the embedder, read straight from ``tokenizer.json``
+with the ``tokenizers`` library when the folder has one.
+
+Importing transformers imports PyTorch (seconds, and hundreds of MiB): an
+entry that runs on ONNX Runtime or OpenVINO then never needs either, which is
+what keeps the default model's cold start short. A folder without
+``tokenizer.json`` falls back to transformers' ``AutoTokenizer``.
+The padding and truncation settings saved inside ``tokenizer.json`` are
+ignored: Sift pads per batch and truncates to the entry's limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class TextTokenizer:
+    """``ids(texts, max_length)``: special tokens added, truncated when a limit is given."""
+
+    pad_token_id: int
+
+    def ids(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
+        raise NotImplementedError
+
+
+class RustTokenizer(TextTokenizer):
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._whole = Tokenizer.from_file(str(path))
+        self._whole.no_padding()
+        self._whole.no_truncation()
+        self._cut: dict[int, Any] = {}
+        self._path = path
+        self.pad_token_id = _pad_id(path.parent, self._whole)
+
+    def ids(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
+        tokenizer = self._whole if max_length is None else self._truncating(max_length)
+        return [encoding.ids for encoding in tokenizer.encode_batch(list(texts), add_special_tokens=True)]
+
+    def _truncating(self, max_length: int) -> Any:
+        tokenizer = self._cut.get(max_length)
+        if tokenizer is None:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(self._path))
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(max_length)
+            self._cut[max_length] = tokenizer
+        return tokenizer
+
+
+class HfTokenizer(TextTokenizer):
+    def __init__(self, folder: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        self.pad_token_id = int(self._tokenizer.pad_token_id or 0)
+
+    def ids(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
+        if max_length is None:
+            encoded = self._tokenizer(list(texts), add_special_tokens=True, truncation=False)
+        else:
+            encoded = self._tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length)
+        result: list[list[int]] = encoded["input_ids"]
+        return result
+
+
+def load_tokenizer(folder: Path) -> TextTokenizer:
+    path = folder / "tokenizer.json"
+    return RustTokenizer(path) if path.is_file() else HfTokenizer(folder)
+
+
+def _pad_id(folder: Path, tokenizer: Any) -> int:
+    """The pad token's id as transformers would report it (0 when there is none)."""
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        token = json.loads(path.read_text(encoding="utf-8")).get("pad_token")
+        if isinstance(token, dict):
+            token = token.get("content")
+        if isinstance(token, str):
+            found = tokenizer.token_to_id(token)
+            if found is not None:
+                return int(found)
+    return 0
