@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from sift_server.simulator.metrics import Summary
 from sift_server.simulator.report import MAIN_FIGURE, MEAN_LATENCY, QUEUE_P95, Criterion, Verdict
 
+UNIT_LABELS = {"ms": "ms", "share": "share", "rate": "req/s", "ratio": "x"}
 COLORS = {"adaptive": "tab:green", "timed": "tab:blue", "immediate": "tab:orange", "adaptive-old": "tab:gray"}
 
 
@@ -38,7 +39,7 @@ def _grouped_bars(
                 ys.append(value.value(summary) * scale)
         ax.bar(xs, ys, width=width, label=policy, color=COLORS.get(policy))
     ax.set_xticks(range(len(families)), families, rotation=40, ha="right", fontsize=7)
-    ax.set_ylabel(f"{value.label} ({'ms' if value.unit == 'ms' else 'share'})")
+    ax.set_ylabel(f"{value.label} ({UNIT_LABELS[value.unit]})")
 
 
 def plot_overview(summaries: Sequence[Summary], path: Path) -> None:
@@ -95,7 +96,7 @@ def plot_main(summaries: Sequence[Summary], results: Sequence[Verdict], forward:
                 color=[COLORS.get(p, "grey") for p in present],
             )
             ax.set_xticks(range(len(present)), present, rotation=45, fontsize=7)
-            ax.set_ylabel(f"{criterion.label} ({'ms' if criterion.unit == 'ms' else 'share'})", fontsize=7)
+            ax.set_ylabel(f"{criterion.label} ({UNIT_LABELS[criterion.unit]})", fontsize=7)
             ax.tick_params(axis="y", labelsize=7)
         v = verdict.get(family)
         mark = "" if v is None else (" ok" if v.ok else " LOSS")

@@ -44,7 +44,7 @@ class Criterion:
 QUEUE_P95 = Criterion("queue_p95", "queue p95", False, "ms")
 ONE_FORWARD = Criterion("one_forward_share", "bursts in 1 fwd", True, "share")
 MEAN_LATENCY = Criterion("latency_mean", "mean latency", False, "ms")
-THROUGHPUT = Criterion("throughput", "req/s", True, "rate")
+THROUGHPUT = Criterion("throughput", "throughput", True, "rate")
 TAIL = Criterion("tail_ratio", "p99/p50", False, "ratio")
 
 # The main figure per trace kind, compared lexicographically.
