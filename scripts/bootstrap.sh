@@ -23,6 +23,6 @@ echo "sift: installing dependencies (first run takes a few minutes)"
 python -m pip install --quiet --upgrade pip
 # torch first and pinned: left to a resolver, "torch" means a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ./sdk -e "./server[extract,rerank]" -r requirements-dev.txt
+python -m pip install --quiet -e ./sdk -e "./server[extract,rerank,cluster]" -r requirements-dev.txt
 echo "$inputs" > "$stamp"
 echo "sift: environment ready in .venv"

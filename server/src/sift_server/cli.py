@@ -14,6 +14,12 @@ from sift_server.engine.policy import POLICIES
 
 def _add_serve(subparsers: Any) -> None:
     p = subparsers.add_parser("serve", help="Serve models over HTTP (the default model loads before ready).")
+    add_serve_arguments(p)
+    p.set_defaults(handler=_serve)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``sift serve`` (``sift gateway`` and ``sift worker`` reuse them)."""
     p.add_argument("--host", help="Bind address (default 127.0.0.1).")
     p.add_argument("--port", type=int, help="Port (default 8080).")
     p.add_argument("--model", dest="default_model", help="Default model, loaded before /readyz turns ready.")
@@ -37,23 +43,32 @@ def _add_serve(subparsers: Any) -> None:
     p.add_argument("--keep-alive-s", type=int, help="Close idle keep-alive connections after this (default 5).")
     p.add_argument("--shutdown-grace-s", type=float, help="Time to finish queued work on SIGTERM (default 30).")
     p.add_argument("--log-level", help="debug, info, warning, error.")
-    p.set_defaults(handler=_serve)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def settings_from_args(args: argparse.Namespace, skip: Sequence[str] = ()) -> Any:
+    """Settings from the serve flags that were given (None: invalid, reported)."""
     from pydantic import ValidationError
 
     from sift_server.config import Settings
+
+    overrides = {
+        key: value
+        for key, value in vars(args).items()
+        if key not in ("handler", "command", *skip) and value is not None
+    }
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        print(f"sift: invalid setting: {exc}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
     from sift_server.registry.catalog import CatalogError
     from sift_server.server import serve
 
-    overrides = {
-        key: value for key, value in vars(args).items() if key not in ("handler", "command") and value is not None
-    }
-    try:
-        settings = Settings(**overrides)
-    except ValidationError as exc:
-        print(f"sift: invalid setting: {exc}", file=sys.stderr)
+    settings = settings_from_args(args)
+    if settings is None:
         return 2
     try:
         serve(settings)
@@ -122,12 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     from sift_server.bench.cli import register as register_bench
     from sift_server.bench.overhead import register as register_overhead
     from sift_server.bench.primitives import register as register_primitives
+    from sift_server.cluster.cli import register as register_cluster
     from sift_server.simulator.cli import register as register_simulate
 
     register_bench(subparsers)
     register_overhead(subparsers)
     register_primitives(subparsers)
     register_simulate(subparsers)
+    register_cluster(subparsers)
     return parser
 
 

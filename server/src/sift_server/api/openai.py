@@ -60,11 +60,12 @@ def _embedding(vector: np.ndarray, fmt: str | None) -> list[float] | str:
 async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
     state: ServerState = request.app.state.sift
     started = time.perf_counter()
-    ingress: IngressTicket | None = None
+    # Opened already where the request arrived another way (a worker's queue message).
+    ingress: IngressTicket | None = request.scope.get("sift.ingress")
     try:
         texts = _texts(body.input)
         record = state.registry.record(body.model)
-        if record.worker is not None:
+        if ingress is None and record.worker is not None:
             # The model is only known once the body is parsed: count the request
             # from here, so OpenAI traffic feeds the arrival model as well.
             ingress = record.worker.ingress.begin(started)
