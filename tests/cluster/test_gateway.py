@@ -157,3 +157,20 @@ def test_gateway_serves_models_list_and_health(cluster: LocalCluster, tmp_path: 
     assert httpx.get(cluster.url + "/healthz").text == "ok"
     names = [m["name"] for m in httpx.get(cluster.url + "/v1/models", headers=AUTH).json()["models"]]
     assert TINY_EMBEDDER in names and "test/slow" in names
+
+
+def test_sdk_works_through_the_gateway(cluster: LocalCluster) -> None:
+    import numpy as np
+
+    from sift_sdk import ModelNotFoundError, RequestError, SiftClient
+
+    with SiftClient(cluster.url, api_key=KEY) as client:
+        vectors = client.encode(TINY_EMBEDDER, ["hello world", "goodbye world"])
+        assert vectors.shape == (2, 32) and vectors.dtype == np.float32
+        full = client.encode_full(TINY_EMBEDDER, [{"id": "a", "text": "x"}])
+        assert full.items[0]["id"] == "a" and full.timing is not None
+        with pytest.raises(ModelNotFoundError):
+            client.encode("no-such-org/no-such-model", "x")
+        with pytest.raises(RequestError) as bad:
+            client.encode(TINY_EMBEDDER, ["x"], output_dtype="bfloat16")
+        assert bad.value.status_code == 400 and bad.value.code == "INVALID_INPUT"
