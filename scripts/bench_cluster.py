@@ -88,9 +88,9 @@ class Setup:
             self.folder / "gateway.log",
         )
         self.procs.append(gateway)
+        wait_port(port, gateway, 120)  # the gateway creates the stream with its storage
         for i in range(workers):
             self.add_worker(f"w{i}", worker_args, worker_cpus)
-        wait_port(port, gateway, 120)
         self.url = f"http://127.0.0.1:{port}"
 
     def add_worker(self, name: str, args: list[str], cpus: str | None) -> Proc:

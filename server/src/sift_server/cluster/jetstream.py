@@ -42,14 +42,18 @@ async def ensure_stream(js: JetStreamContext, limits: StreamLimits | None) -> No
     """With limits (the gateway): create the stream or update it to them.
     Without (a worker): create it with defaults only when missing."""
     try:
-        await js.stream_info(STREAM)
-        exists = True
+        info = await js.stream_info(STREAM)
     except NotFoundError:
-        exists = False
-    if not exists:
         await js.add_stream(stream_config(limits or StreamLimits()))
-    elif limits is not None:
-        await js.update_stream(stream_config(limits))
+        return
+    if limits is None:
+        return
+    config = stream_config(limits)
+    if info.config.storage is not None and info.config.storage != config.storage:
+        # The storage of a stream cannot change: keep it, apply the limits.
+        log.warning("stream %s keeps its %s storage", STREAM, info.config.storage)
+        config.storage = info.config.storage
+    await js.update_stream(config)
 
 
 async def ensure_consumer(js: JetStreamContext, model: str, ack_wait_s: float, max_ack_pending: int = 100_000) -> str:
