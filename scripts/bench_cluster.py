@@ -28,6 +28,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sift_server.cluster.local import Proc, free_port, spawn, start_nats, wait_port
+from tests.cluster.conftest import live_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -210,6 +211,8 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
     errors: Counter[str] = Counter()
     latencies: list[float] = []
     ids: Counter[str] = Counter()
+    served: Counter[str] = Counter()
+    slow: list[dict[str, Any]] = []
     stop = time.monotonic() + seconds
     n = 0
 
@@ -219,6 +222,7 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
             n += 1
             rid = f"c{k}-{n}"
             t = time.perf_counter()
+            r = None
             try:
                 r = await client.post(
                     f"{url}/v1/encode/{model}",
@@ -226,10 +230,22 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
                     headers={"X-Request-ID": rid, "Accept": "application/json"},
                 )
                 statuses[r.status_code] += 1
-                ids[r.headers.get("x-request-id", "")] += 1
+                if r.status_code == 200:
+                    ids[r.headers.get("x-request-id", "")] += 1
+                    served[r.headers.get("x-sift-worker", "")] += 1
+                else:
+                    errors[r.headers.get("x-sie-error-code", str(r.status_code))] += 1
             except httpx.HTTPError as exc:
                 errors[type(exc).__name__] += 1
             latencies.append(time.perf_counter() - t)
+            if latencies[-1] > 1.0 and len(slow) < 5 and r is not None:
+                slow.append(
+                    {
+                        "latency_s": round(latencies[-1], 3),
+                        "worker": r.headers.get("x-sift-worker"),
+                        "worker_total_ms": r.headers.get("x-total-time"),
+                    }
+                )
 
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=inflight)) as client:
         tasks = [asyncio.create_task(client_loop(k, client)) for k in range(inflight)]
@@ -244,6 +260,8 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
         "max_latency_s": round(max(latencies), 3),
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "answered_twice": sum(1 for c in ids.values() if c > 1),
+        "served_by": dict(sorted(served.items())),
+        "slowest": slow,
     }
 
 
@@ -282,7 +300,9 @@ def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
             None,
         )
         wait_ready(setup.url, setup.procs[1], "test/sleeper")
-        time.sleep(3)
+        while len(live_workers(setup.nats_url, "test/sleeper")) < 2:
+            time.sleep(0.2)
+        time.sleep(2)
         victim = setup.procs[2]
 
         async def kill_later() -> None:
@@ -299,7 +319,7 @@ def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for workers in (1, 2, 4):
+    for workers in args.workers:
         folder = Path(tempfile.mkdtemp(prefix=f"sift-scale{workers}-"))
         catalog = sleeper_catalog(folder, args.sleep_ms)
         setup = Setup(folder)
@@ -307,13 +327,15 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
         try:
             setup.cluster(
                 workers,
-                ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate"],
+                ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate", *args.worker_arg],
                 ["--catalog", str(catalog), "--model", "test/sleeper", "--stream-storage", args.storage],
                 None,
                 None,
             )
             wait_ready(setup.url, setup.procs[1], "test/sleeper")
-            time.sleep(3)  # every worker's heartbeat is in
+            while len(live_workers(setup.nats_url, "test/sleeper")) < workers:
+                time.sleep(0.2)
+            time.sleep(2)  # let the workers' start-up CPU settle
             out = asyncio.run(closed_loop(setup.url, "test/sleeper", args.inflight, args.seconds))
             result[f"workers{workers}"] = out
             print(workers, out, flush=True)
@@ -333,6 +355,8 @@ def main() -> None:
     p.add_argument("--inflight", type=int, default=64)
     p.add_argument("--storage", default="memory", choices=("file", "memory"))
     p.add_argument("--out", type=Path)
+    p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
+    p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
     args = p.parse_args()
     result = globals()[f"cmd_{args.what}"](args)
     if args.out:

@@ -68,7 +68,9 @@ class WorkerOptions:
     heartbeat_s: float = 2.0
     heartbeat_ttl_s: float = 6.0
     # A standing pull request expires after this and is renewed.
-    pull_expires_s: float = 5.0
+    # Short: with three or more workers a message was seen waiting in the stream until
+    # a standing request was renewed (docs/benchmarks/scaleout.md); this bounds that wait.
+    pull_expires_s: float = 1.0
     worker_id: str = ""
 
 
