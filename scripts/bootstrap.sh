@@ -23,6 +23,13 @@ echo "sift: installing dependencies (first run takes a few minutes)"
 python -m pip install --quiet --upgrade pip
 # torch first and pinned: left to a resolver, "torch" means a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ./sdk -e "./server[extract,rerank,cluster]" -r requirements-dev.txt
+python -m pip install --quiet -e ./sdk -e "./server[extract,rerank,hybrid,lora,cluster]" -r requirements-dev.txt
+# PyLate, the ColBERT reference of the parity tests, pins sentence-transformers 5.3 and
+# transformers <= 5.3 (the server runs 6.x / 5.16): it gets its own folder, without
+# dependencies, put first on PYTHONPATH only by the subprocess that runs it
+# (tests/fixtures/pylate_reference.py). torch and the rest come from .venv.
+rm -rf .venv/pylate-ref
+python -m pip install --quiet --no-deps --target .venv/pylate-ref \
+  "pylate==1.6.0" "sentence-transformers==5.3.0" "transformers==5.3.0" "tokenizers==0.22.2"
 echo "$inputs" > "$stamp"
 echo "sift: environment ready in .venv"

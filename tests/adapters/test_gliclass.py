@@ -4,12 +4,13 @@ validation, costs and length handling, on a tiny random uni-encoder GLiClass."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sift_server.adapters.base import ExtractTask, Part, ScoreTask, TaskInput
+from sift_server.adapters.base import ExtractTask, FewShotExample, Part, ScoreTask, TaskInput
 from sift_server.adapters.gliclass_classifier import GliClassAdapter
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context
@@ -77,12 +78,116 @@ def test_threshold_keeps_the_classes_over_it(gliclass: GliClassAdapter, referenc
     assert 0 < kept < len(TEXTS) * len(LABELS)  # the threshold really filtered
 
 
-def test_single_label_returns_the_top_class(gliclass: GliClassAdapter, reference: Any) -> None:
-    [items] = run(gliclass, ExtractTask(texts=TEXTS, labels=LABELS, multi_label=False))
+def all_scores(reference: Any, text: str, labels: list[str], **kwargs: Any) -> list[dict[str, Any]]:
+    """Every label's score from the library, best first (its ``return_hierarchical`` map)."""
+    [scores] = reference([text], [labels], threshold=0.0, return_hierarchical=True, **kwargs)
+    return ranked([{"label": label, "score": score} for label, score in scores.items()])
+
+
+def test_single_label_lists_every_label_by_softmax(gliclass: GliClassAdapter, reference: Any) -> None:
+    task = ExtractTask(texts=TEXTS, labels=LABELS, classification_type="single-label")
+    [items] = run(gliclass, task)
     for text, item in zip(TEXTS, items, strict=True):
-        [expected] = reference(text, LABELS, classification_type="single-label")
-        assert len(item["classifications"]) == 1
+        [top] = reference(text, LABELS, classification_type="single-label")
+        expected = all_scores(reference, text, LABELS, classification_type="single-label")
         assert_same_classes(item["classifications"], expected)
+        assert abs(sum(c["score"] for c in item["classifications"]) - 1.0) <= TOL  # a softmax
+        assert_same_classes(item["classifications"][:1], top)
+
+
+def test_single_label_threshold_filters(gliclass: GliClassAdapter, reference: Any) -> None:
+    [items] = run(gliclass, ExtractTask(texts=TEXTS, labels=LABELS, threshold=0.25, multi_label=False))
+    kept = 0
+    for text, item in zip(TEXTS, items, strict=True):
+        expected = [
+            c for c in all_scores(reference, text, LABELS, classification_type="single-label") if c["score"] >= 0.25
+        ]
+        assert_same_classes(item["classifications"], expected)
+        kept += len(expected)
+    assert 0 < kept < len(TEXTS) * len(LABELS)
+
+
+def test_request_mode_overrides_the_catalog(gliclass_dir: Path, reference: Any) -> None:
+    single = GliClassAdapter.load(load_context(gliclass_dir, classification_type="single-label"))
+    [[item]] = run(single, ExtractTask(texts=TEXTS[:1], labels=LABELS, classification_type="multi-label"))
+    assert_same_classes(item["classifications"], all_scores(reference, TEXTS[0], LABELS))
+    [[item]] = run(single, ExtractTask(texts=TEXTS[:1], labels=LABELS))
+    expected = all_scores(reference, TEXTS[0], LABELS, classification_type="single-label")
+    assert_same_classes(item["classifications"], expected)
+
+
+GROUPS = (("sentiment", ("positive", "negative")), ("topic", ("finance", "sports", "cinema")))
+
+
+def test_label_groups_score_each_group_alone(gliclass: GliClassAdapter, reference: Any) -> None:
+    for mode in ("single-label", "multi-label"):
+        [items] = run(gliclass, ExtractTask(texts=TEXTS[:3], labels=(), label_groups=GROUPS, classification_type=mode))
+        for text, item in zip(TEXTS[:3], items, strict=True):
+            expected = []
+            for group, labels in GROUPS:
+                for c in all_scores(reference, text, list(labels), classification_type=mode):
+                    expected.append({"label": f"{group}.{c['label']}", "score": c["score"]})
+            assert_same_classes(item["classifications"], ranked(expected))
+            assert set(item["data"]) == {"sentiment", "topic"}
+            for group, labels in GROUPS:
+                data = item["data"][group]
+                probabilities = {
+                    c["label"]: c["score"] for c in all_scores(reference, text, list(labels), classification_type=mode)
+                }
+                assert list(data["probabilities"]) == list(labels)
+                for label in labels:
+                    assert abs(data["probabilities"][label] - probabilities[label]) <= TOL
+                if mode == "single-label":
+                    p = list(probabilities.values())
+                    entropy = -sum(x * math.log(x) for x in p)
+                    assert data["type"] == "choice"
+                    assert data["choice"] == max(probabilities, key=probabilities.__getitem__)
+                    assert abs(data["confidence"] - (1 - entropy / math.log(len(p)))) <= TOL
+                else:
+                    # No threshold in the request: data lists labels at or over 0.5.
+                    assert data["labels"] == [label for label in labels if data["probabilities"][label] >= 0.5]
+
+
+def test_label_group_data_uses_the_request_threshold(gliclass: GliClassAdapter) -> None:
+    task = ExtractTask(texts=TEXTS, labels=(), label_groups=GROUPS, multi_label=True, threshold=0.3)
+    [items] = run(gliclass, task)
+    for item in items:
+        for group, labels in GROUPS:
+            data = item["data"][group]
+            assert data["labels"] == [label for label in labels if data["probabilities"][label] >= 0.3]
+        assert all(c["score"] >= 0.3 for c in item["classifications"])
+
+
+def test_examples_are_the_pipeline_examples(gliclass: GliClassAdapter, reference: Any) -> None:
+    shots = (
+        FewShotExample("Great acting and a moving story.", ("positive",)),
+        FewShotExample("Stocks fell.", ("finance", "negative")),
+    )
+    task = ExtractTask(texts=TEXTS[:2], labels=LABELS, instruction="Classify:", examples=shots)
+    [items] = run(gliclass, task)
+    as_dicts = [{"text": e.text, "labels": list(e.labels)} for e in shots]
+    differs = False
+    for text, item in zip(TEXTS[:2], items, strict=True):
+        expected = all_scores(reference, text, LABELS, prompt="Classify:", examples=[as_dicts])
+        assert_same_classes(item["classifications"], expected)
+        plain = all_scores(reference, text, LABELS, prompt="Classify:")
+        by_label = {c["label"]: c["score"] for c in plain}
+        differs = differs or any(abs(c["score"] - by_label[c["label"]]) > 1e-4 for c in expected)
+    assert differs  # the examples really reached the model
+
+
+def test_usage_counts_documents_not_label_prompts(gliclass: GliClassAdapter) -> None:
+    tokenizer = gliclass.pipeline.pipe.tokenizer
+    doc_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in TEXTS)
+    few = gliclass.prepare(ExtractTask(texts=TEXTS, labels=LABELS[:1]))
+    many = gliclass.prepare(ExtractTask(texts=TEXTS, labels=LABELS))
+    assert few.input_tokens == many.input_tokens == doc_tokens
+    assert sum(few.item_costs) < sum(many.item_costs)  # batch cost still counts the label prompt
+    prompt_tokens = len(tokenizer("Topic?", add_special_tokens=False)["input_ids"])
+    with_prompt = gliclass.prepare(ExtractTask(texts=TEXTS, labels=LABELS, instruction="Topic?"))
+    assert with_prompt.input_tokens == doc_tokens + len(TEXTS) * prompt_tokens
+    grouped = gliclass.prepare(ExtractTask(texts=TEXTS, labels=(), label_groups=GROUPS))
+    assert grouped.input_tokens == doc_tokens
 
 
 def test_instruction_is_the_pipeline_prompt(gliclass: GliClassAdapter, reference: Any) -> None:
@@ -105,14 +210,16 @@ def test_classifications_are_sorted_native_floats(gliclass: GliClassAdapter) -> 
 
 def test_fused_forward_equals_separate_forwards(gliclass: GliClassAdapter) -> None:
     # Same labels, different per-request settings: these fuse into one call.
+    shots = (FewShotExample("Goal!", ("sports",)),)
     tasks = [
         ExtractTask(texts=TEXTS[:2], labels=LABELS, threshold=0.0),
         ExtractTask(texts=[TEXTS[2]], labels=LABELS, multi_label=False),
         ExtractTask(texts=[TEXTS[3], LONG_TEXT], labels=LABELS, threshold=0.3, instruction="Topic?"),
+        ExtractTask(texts=[TEXTS[1]], labels=LABELS, classification_type="single-label", examples=shots),
         ExtractTask(texts=[TEXTS[0]], labels=["happy", "sad"], threshold=0.0),  # another label set
     ]
     prepared = [gliclass.prepare(t) for t in tasks]
-    assert len({p.compat_key for p in prepared[:3]}) == 1
+    assert len({p.compat_key for p in prepared[:4]}) == 1
     fused = gliclass.forward([Part(p, 0, len(p.item_costs)) for p in prepared])
     assert [len(x) for x in fused] == [len(t.texts) for t in tasks]
     for task, together in zip(tasks, fused, strict=True):
@@ -134,7 +241,9 @@ def test_compat_key_is_the_label_set(gliclass: GliClassAdapter) -> None:
         return gliclass.prepare(ExtractTask(texts=["x"], **{"labels": LABELS, **kwargs})).compat_key
 
     assert key() == key(threshold=0.9) == key(multi_label=False) == key(instruction="Topic?")
+    assert key() == key(classification_type="single-label") == key(examples=(FewShotExample("a", ("sports",)),))
     assert key() != key(labels=LABELS[:2])
+    assert key(labels=(), label_groups=GROUPS) != key()
     assert key() != key(labels=list(reversed(LABELS)))  # order changes the model input
 
 
@@ -144,17 +253,19 @@ def test_costs_are_rendered_input_tokens(gliclass: GliClassAdapter) -> None:
     expected = [len(tokenizer(gliclass.pipeline.pipe.prepare_input(t, LABELS))["input_ids"]) for t in TEXTS]
     assert prepared.item_costs == expected
     assert all(type(c) is int and c > 0 for c in prepared.item_costs)
-    assert prepared.input_tokens == sum(expected)
+    grouped = gliclass.prepare(ExtractTask(texts=TEXTS, labels=(), label_groups=GROUPS))
+    pipe = gliclass.pipeline.pipe
+    assert grouped.item_costs == [
+        sum(len(tokenizer(pipe.prepare_input(t, list(labels)))["input_ids"]) for _, labels in GROUPS) for t in TEXTS
+    ]
 
 
 @pytest.mark.parametrize(
     ("task", "error"),
     [
         (ExtractTask(texts=["x"], labels=[]), InvalidInput),
-        (ExtractTask(texts=["x"], labels=[""]), InvalidInput),
         (ExtractTask(texts=[], labels=LABELS), InvalidInput),
-        (ExtractTask(texts=["x"], labels=LABELS, threshold=-0.1), InvalidInput),
-        (ExtractTask(texts=["x"], labels=LABELS, options={"multi_label": 1}), InvalidInput),
+        (ExtractTask(texts=["x"], labels=LABELS, flat_ner=True), InvalidInput),
         (ScoreTask(query="q", texts=["x"]), InvalidInput),
     ],
 )
@@ -187,3 +298,9 @@ def test_labels_that_fill_the_limit_are_rejected(short_gliclass: GliClassAdapter
     many = [f"category number {i}" for i in range(8)]
     with pytest.raises(InputTooLong):
         short_gliclass.prepare(ExtractTask(texts=["hello"], labels=many))
+
+
+@pytest.mark.parametrize("options", [{"threshold": "high"}, {"classification_type": "both"}, {"multi_label": "no"}])
+def test_bad_catalog_options_fail_the_load(gliclass_dir: Path, options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        GliClassAdapter.load(load_context(gliclass_dir, **options))

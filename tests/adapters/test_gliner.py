@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sift_server.adapters.base import ExtractTask, Part, ScoreTask, TaskInput
+from sift_server.adapters.base import ExtractTask, FewShotExample, Part, ScoreTask, TaskInput
 from sift_server.adapters.gliner_extractor import GlinerAdapter
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context
@@ -69,7 +69,7 @@ def test_matches_predict_entities_per_text(gliner: GlinerAdapter, reference: Any
 
 
 def test_multi_label_and_nested_settings_match_the_library(gliner: GlinerAdapter, reference: Any) -> None:
-    task = ExtractTask(texts=TEXTS[:2], labels=LABELS, threshold=0.45, multi_label=True, options={"flat_ner": False})
+    task = ExtractTask(texts=TEXTS[:2], labels=LABELS, threshold=0.45, multi_label=True, flat_ner=False)
     [items] = run(gliner, task)
     found = 0
     for text, item in zip(TEXTS[:2], items, strict=True):
@@ -131,8 +131,8 @@ def test_compat_keys_separate_inference_settings(gliner: GlinerAdapter) -> None:
     assert key() != key(labels=["person"])
     assert key() != key(threshold=0.9)
     assert key() != key(multi_label=True)
-    assert key() != key(options={"flat_ner": False})
-    assert key(threshold=0.7) == key(options={"threshold": 0.7})
+    assert key() != key(flat_ner=False)
+    assert key(flat_ner=True) == key()  # the catalog default, spelled out
 
 
 def test_costs_are_prompt_plus_text_tokens(gliner: GlinerAdapter) -> None:
@@ -149,11 +149,10 @@ def test_costs_are_prompt_plus_text_tokens(gliner: GlinerAdapter) -> None:
     ("task", "error"),
     [
         (ExtractTask(texts=["x"], labels=[]), InvalidInput),
-        (ExtractTask(texts=["x"], labels=["person", " "]), InvalidInput),
         (ExtractTask(texts=[], labels=["person"]), InvalidInput),
-        (ExtractTask(texts=["x"], labels=["person"], threshold=1.5), InvalidInput),
-        (ExtractTask(texts=["x"], labels=["person"], options={"threshold": "high"}), InvalidInput),
-        (ExtractTask(texts=["x"], labels=["person"], options={"flat_ner": "yes"}), InvalidInput),
+        (ExtractTask(texts=["x"], labels=(), label_groups=(("g", ("person",)),)), InvalidInput),
+        (ExtractTask(texts=["x"], labels=["person"], classification_type="single-label"), InvalidInput),
+        (ExtractTask(texts=["x"], labels=["person"], examples=(FewShotExample("Ada", ("person",)),)), InvalidInput),
         (ScoreTask(query="q", texts=["x"]), InvalidInput),
         (ExtractTask(texts=[LONG_TEXT], labels=["person"], overflow="error"), InputTooLong),
     ],
@@ -204,3 +203,9 @@ def test_blank_text_has_no_entities(gliner: GlinerAdapter) -> None:
     assert all(c > 0 for c in prepared.item_costs)
     [items] = gliner.forward([Part(prepared, 0, 2)])
     assert [item["entities"] for item in items] == [[], []]
+
+
+@pytest.mark.parametrize("options", [{"threshold": "high"}, {"threshold": 2}, {"flat_ner": "yes"}, {"multi_label": 1}])
+def test_bad_catalog_options_fail_the_load(gliner_dir: Path, options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        GlinerAdapter.load(load_context(gliner_dir, **options))

@@ -45,7 +45,7 @@ async def test_ready_then_draining_refuses_with_retry_after(app_client: tuple[ht
     refused = await client.post(f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "x"}]})
     assert refused.status_code == 503
     assert refused.headers["Retry-After"] == "5"
-    assert refused.json()["error"] == "Service shutting down"
+    assert refused.json()["detail"]["code"] == "SHUTTING_DOWN"
     assert (await client.get("/healthz")).status_code == 200
 
 

@@ -15,6 +15,7 @@ from sift_server.bench.client import (
     sdk_available,
     validate_dense,
 )
+from sift_server.bench.request import RequestSpec
 
 
 def nd(array: np.ndarray) -> dict[bytes, object]:
@@ -129,18 +130,33 @@ def test_json_error_bodies_do_not_crash_decode() -> None:
         decode_encode_response(json.dumps({"items": []}).encode(), 1)
 
 
+def _answer(spec: RequestSpec, body: dict[str, Any], keep: int | None) -> dict[str, Any]:
+    """A server's answer to ``body``, keeping ``keep`` results (None: all)."""
+    n = len(body["items"][:keep])
+    if spec.primitive == "score":
+        return {"model": "m", "scores": [{"item_id": f"item-{i}", "score": 0.5, "rank": i} for i in range(n)]}
+    if spec.primitive == "extract":
+        return {"model": "m", "items": [{"id": f"item-{i}", "entities": [], "classifications": []} for i in range(n)]}
+    sparse = {"indices": [1, 5], "values": [0.5, 0.25], "dims": 30522}
+    return {"model": "m", "items": [{"sparse": sparse} for _ in range(n)]}
+
+
+SPECS = [
+    RequestSpec("extract", labels=("a", "b")),
+    RequestSpec("score", query="q"),
+    RequestSpec("encode", output_type="sparse"),
+]
+
+
 @pytest.mark.parametrize("kind", ["sdk", "httpx"])
-async def test_transport_with_labels_sends_extract_requests_and_checks_the_item_count(kind: str) -> None:
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.describe())
+async def test_transport_runs_every_primitive_and_checks_one_result_per_text(kind: str, spec: RequestSpec) -> None:
     seen: list[dict[str, Any]] = []
 
-    def extract(request: httpx.Request) -> httpx.Response:
+    def server(request: httpx.Request) -> httpx.Response:
         body = msgpack.unpackb(request.content, raw=False)
         seen.append({"path": request.url.path, "body": body})
-        items = body["items"][: None if len(seen) == 1 else 1]  # the second answer loses an item
-        answer = {
-            "model": "m",
-            "items": [{"id": f"item-{i}", "entities": [], "classifications": []} for i in range(len(items))],
-        }
+        answer = _answer(spec, body, None if len(seen) == 1 else 1)  # the second answer loses a result
         return httpx.Response(
             200,
             content=msgpack.packb(answer, use_bin_type=True),
@@ -149,14 +165,19 @@ async def test_transport_with_labels_sends_extract_requests_and_checks_the_item_
 
     cls = SdkTransport if kind == "sdk" else HttpxTransport
     transport = cls(
-        "http://bench.test", "tiny/gliclass", None, max_connections=2, timeout=5.0,
-        http_transport=httpx.MockTransport(extract), labels=["a", "b"],
+        "http://bench.test", "tiny/model", None, max_connections=2, timeout=5.0,
+        http_transport=httpx.MockTransport(server), spec=spec,
     )  # fmt: skip
     try:
         ok = await transport.send("req-1", ["one", "two"])
         assert ok.ok, ok.error
-        assert seen[0]["path"] == "/v1/extract/tiny/gliclass"
-        assert seen[0]["body"]["params"]["labels"] == ["a", "b"]
+        assert seen[0]["path"] == f"/v1/{spec.primitive}/tiny/model"
+        if spec.primitive == "extract":
+            assert seen[0]["body"]["params"]["labels"] == ["a", "b"]
+        if spec.primitive == "score":
+            assert seen[0]["body"]["query"]["text"] == "q"
+        if spec.output_type == "sparse":
+            assert seen[0]["body"]["params"]["output_types"] == ["sparse"]
         short = await transport.send("req-2", ["one", "two"])
         assert not short.ok
     finally:

@@ -207,12 +207,13 @@ def test_openai_errors(server: ServerProcess, body: dict[str, object], status: i
     assert error["type"] == "invalid_request_error" and error["message"]
 
 
-def test_openai_bad_encoding_format_is_a_422(server: ServerProcess) -> None:
+def test_openai_bad_encoding_format_is_a_400_in_the_openai_envelope(server: ServerProcess) -> None:
     response = httpx.post(
         server.url + "/v1/embeddings", json={"model": DEFAULT_MODEL, "input": "a", "encoding_format": "hex"}
     )
-    assert response.status_code == 422
-    assert isinstance(response.json()["detail"], list)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and error["param"] == "encoding_format"
 
 
 def test_openai_python_client(server: ServerProcess) -> None:

@@ -143,8 +143,9 @@ def test_extract_classifications_from_gliclass(task_server: ServerProcess) -> No
     with SiftClient(task_server.url) as client:
         results = client.extract(CLASSIFY, [TEXTS[1], TEXTS[2]], labels=labels)
     for result in results:
-        assert len(result.classifications) == 1  # single-label in the catalog entry
-        assert result.classifications[0].label in labels and 0.0 <= result.classifications[0].score <= 1.0
+        # Single-label in the catalog entry: a softmax over every label, best first.
+        assert sorted(c.label for c in result.classifications) == sorted(labels)
+        assert abs(sum(c.score for c in result.classifications) - 1.0) < 1e-5
         assert result.entities == []
     multi = httpx.post(
         task_server.url + f"/v1/extract/{CLASSIFY}",
@@ -156,6 +157,37 @@ def test_extract_classifications_from_gliclass(task_server: ServerProcess) -> No
     ).json()["items"][0]["classifications"]
     assert [c["label"] for c in multi] and sorted(c["label"] for c in multi) == sorted(labels)
     assert [c["score"] for c in multi] == sorted((c["score"] for c in multi), reverse=True)
+
+
+def test_extract_label_groups_over_the_wire(task_server: ServerProcess) -> None:
+    body = {
+        "items": [{"text": TEXTS[2]}, {"id": "b", "text": TEXTS[0]}],
+        "params": {
+            "instruction": "Classify the sentence:",
+            "options": {
+                "label_groups": {"topic": ["science", "business"], "tone": ["formal", "casual", "neutral"]},
+                "classification_type": "multi-label",
+                "threshold": 0.2,
+                "examples": [{"text": "Profits rose.", "labels": ["topic.business"]}],
+            },
+        },
+    }
+    response = httpx.post(task_server.url + f"/v1/extract/{CLASSIFY}", content=msgpack.packb(body), headers=MSGPACK)
+    assert response.status_code == 200, response.text
+    payload = msgpack.unpackb(response.content)
+    assert [item["id"] for item in payload["items"]] == ["item-0", "b"]
+    for item in payload["items"]:
+        labels = [c["label"] for c in item["classifications"]]
+        assert all(label.split(".")[0] in ("topic", "tone") for label in labels)
+        assert all(c["score"] >= 0.2 for c in item["classifications"])
+        assert set(item["data"]) == {"topic", "tone"}
+        assert set(item["data"]["tone"]["probabilities"]) == {"formal", "casual", "neutral"}
+    # Usage counts the documents plus instruction and examples, not the label prompts.
+    plain = dict(body, params={"labels": ["science"]})
+    usage = msgpack.unpackb(
+        httpx.post(task_server.url + f"/v1/extract/{CLASSIFY}", content=msgpack.packb(plain), headers=MSGPACK).content
+    )["usage"]["input_tokens"]
+    assert 0 < usage < payload["usage"]["input_tokens"]
 
 
 async def test_concurrent_extracts_fuse_by_label_set_and_never_mix(task_server: ServerProcess) -> None:
@@ -222,6 +254,39 @@ BAD: list[tuple[str, str, object, str]] = [
         "threshold below 0",
         f"/v1/extract/{CLASSIFY}",
         {"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"threshold": -0.1}}},
+        "INVALID_INPUT",
+    ),
+    (
+        "labels and label_groups",
+        f"/v1/extract/{CLASSIFY}",
+        {"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"label_groups": {"g": ["b"]}}}},
+        "INVALID_INPUT",
+    ),
+    (
+        "unknown label in an example",
+        f"/v1/extract/{CLASSIFY}",
+        {
+            "items": [{"text": "x"}],
+            "params": {"labels": ["a"], "options": {"examples": [{"text": "t", "labels": ["z"]}]}},
+        },
+        "INVALID_INPUT",
+    ),
+    (
+        "bad classification_type",
+        f"/v1/extract/{CLASSIFY}",
+        {"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"classification_type": "some"}}},
+        "INVALID_INPUT",
+    ),
+    (
+        "label_groups on an entity model",
+        f"/v1/extract/{NER}",
+        {"items": [{"text": "x"}], "params": {"options": {"label_groups": {"g": ["b"]}}}},
+        "INVALID_INPUT",
+    ),
+    (
+        "flat_ner not a bool",
+        f"/v1/extract/{NER}",
+        {"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"flat_ner": "no"}}},
         "INVALID_INPUT",
     ),
     (

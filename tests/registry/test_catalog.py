@@ -117,3 +117,19 @@ def test_sift_serve_fails_at_start_with_the_message(tmp_path: Path, capsys: pyte
     write(tmp_path, "bad.yaml", "name: x\nadapter: nope\nsource: {hf: a}\ntasks: [encode]\n")
     assert main(["serve", "--catalog", str(tmp_path), "--port", "0"]) == 2
     assert "bad.yaml" in capsys.readouterr().err
+
+
+def test_lora_sources_need_exactly_one_location(tmp_path: Path) -> None:
+    from sift_server.registry.catalog import CatalogError, load_spec
+
+    entry = tmp_path / "m.yaml"
+    base = "name: m\nadapter: sentence-embedder\nsource: {hf: org/m}\ntasks: [encode]\n"
+    entry.write_text(base + "loras:\n  a: {path: a, hf: org/a}\n")
+    with pytest.raises(CatalogError, match="loras"):
+        load_spec(entry)
+    entry.write_text(base + "loras:\n  a: {hf: org/a}\nmax_loaded_loras: 0\n")
+    with pytest.raises(CatalogError, match="max_loaded_loras"):
+        load_spec(entry)
+    entry.write_text(base + "loras:\n  a: {hf: org/a}\n  b: {path: b}\nmax_loaded_loras: 1\n")
+    spec = load_spec(entry)
+    assert sorted(spec.loras) == ["a", "b"] and spec.max_loaded_loras == 1

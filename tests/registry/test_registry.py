@@ -48,11 +48,22 @@ def catalog(*names: str) -> Catalog:
     return Catalog(ModelSpec(name=n, adapter="sentence-embedder", source={"hf": n}, tasks=["encode"]) for n in names)
 
 
-def registry(loader: Any, budget_mb: int = 100, names: tuple[str, ...] = ("a", "b", "c")) -> Registry:
+def registry(
+    loader: Any,
+    budget_mb: int = 100,
+    names: tuple[str, ...] = ("a", "b", "c"),
+    recent_use_s: float = 0.0,
+    clock: Any = None,
+) -> Registry:
+    """By default without the recent-use protection, so plain LRU order is tested."""
+
     def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
         return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
 
-    return Registry(catalog(*names), factory, memory_budget_bytes=budget_mb * MB, loader=loader)
+    extra = {"clock": clock} if clock is not None else {}
+    return Registry(
+        catalog(*names), factory, memory_budget_bytes=budget_mb * MB, loader=loader, recent_use_s=recent_use_s, **extra
+    )
 
 
 async def test_cold_model_answers_loading_then_serves() -> None:
@@ -211,3 +222,157 @@ async def test_a_request_answered_just_before_its_model_is_evicted_still_gets_it
     await reg.load_now("a")
     outcome = await encode(reg, "a", EncodeBody(items=[Item(text="hello")]), Limits(1024, 8), RequestContext("r", 0.0))
     assert outcome.payload["items"][0]["dense"]["dims"] == 2
+
+
+class CyclicAdapter(FakeAdapter):
+    """Holds a reference cycle, as real models do (modules, hooks, configs):
+    only the cycle collector can free it."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.cycle = [self]
+
+
+async def test_an_evicted_model_is_freed_even_though_loads_freeze_the_heap() -> None:
+    import gc
+    import weakref
+
+    refs: dict[str, weakref.ref[Adapter]] = {}
+
+    def loader(spec: ModelSpec) -> Adapter:
+        adapter = CyclicAdapter(10 * MB)
+        refs[spec.name] = weakref.ref(adapter)
+        return adapter
+
+    reg = registry(loader)
+    try:
+        await reg.load_now("a")
+        await reg.load_now("b")  # a second load freezes a's objects again
+        await reg.evict("a")
+        assert refs["a"]() is None, "the evicted adapter is still alive"
+        assert refs["b"]() is not None
+    finally:
+        await reg.close(0)
+        gc.unfreeze()
+
+
+async def test_a_model_with_queued_work_is_not_evicted_for_one_that_is_loading() -> None:
+    gated = GatedAdapter(60 * MB)
+    reg = registry(lambda spec: gated if spec.name == "a" else FakeAdapter(60 * MB), budget_mb=100)
+    await reg.load_now("b")  # b's size is known from now on
+    await reg.load_now("a")  # b was idle: evicted
+    _, worker = reg.ready_worker("a")
+    running = worker.submit(Prepared([1], None, None), request_id="running")
+    await asyncio.to_thread(gated.entered.wait, 30)  # a forward in flight
+    ticket = worker.submit(Prepared([1], None, None), request_id="r")
+    with pytest.raises(ModelLoading, match="memory"):
+        reg.ready_worker("b")
+    assert reg.record("b").state == "available"  # no load started
+    assert reg.record("a").state == "loaded" and reg.evictions == 1  # only b's, when a loaded
+    assert not ticket.future.done()
+    # Once a is idle, b loads and a is evicted.
+    ticket.future.cancel()
+    gated.gate.set()
+    await running.future
+    await asyncio.sleep(0)  # the forward's completion reaches the scheduler
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("b")
+    await reg.record("b").load_task  # type: ignore[misc]
+    assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
+    await reg.close(0)
+
+
+async def test_a_load_that_finds_the_budget_held_by_busy_models_gives_up_without_evicting() -> None:
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100)
+    await reg.load_now("b")
+    await reg.load_now("a")
+    _, worker = reg.ready_worker("a")
+    with pytest.raises(ModelLoading):
+        reg.ready_worker("b")  # a is idle now: b's load starts
+    reading = worker.ingress.begin(0.0)  # ...and a request for a arrives before the load makes room
+    await reg.record("b").load_task  # type: ignore[misc]
+    assert reg.record("a").state == "loaded" and reg.record("b").state == "available"
+    reading.end()
+    await reg.close(0)
+
+
+async def test_a_huge_unknown_model_name_is_answered_without_fuzzy_matching_it() -> None:
+    import difflib
+
+    reg = registry(lambda spec: FakeAdapter(1))
+    calls: list[str] = []
+    original = difflib.get_close_matches
+
+    def spy(word: str, *args: Any, **kwargs: Any) -> list[str]:
+        calls.append(word)
+        return original(word, *args, **kwargs)
+
+    difflib.get_close_matches = spy  # type: ignore[assignment]
+    try:
+        with pytest.raises(ModelNotFound) as info:
+            reg.record("m" * 8_000_000)
+    finally:
+        difflib.get_close_matches = original
+    assert calls == []  # comparing megabytes with difflib stalls the event loop for seconds
+    assert len(info.value.message) < 1000  # and the name is not echoed whole
+
+
+async def test_two_models_that_do_not_fit_do_not_evict_each_other_while_clients_wait_out_retry_after() -> None:
+    # Clients of a cold model sleep Retry-After between tries, so a model just
+    # loaded (or just used) looks idle; it stays protected for recent_use_s.
+    now = [1000.0]
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, recent_use_s=10.0, clock=lambda: now[0])
+    await reg.load_now("b")  # b's size is known from now on
+    now[0] += 20.0
+    await reg.load_now("a")  # b unused for 20 s: evicted
+    assert reg.record("b").state == "available"
+    now[0] += 3.0  # a's clients are sleeping their Retry-After
+    with pytest.raises(ModelLoading, match="memory"):
+        reg.ready_worker("b")
+    assert reg.record("b").state == "available" and reg.record("a").state == "loaded"
+    reg.ready_worker("a")  # a is used again: protected for another 10 s
+    now[0] += 9.0
+    with pytest.raises(ModelLoading, match="memory"):
+        reg.ready_worker("b")
+    now[0] += 2.0  # 11 s since a's last use: b may take its place
+    with pytest.raises(ModelLoading, match="is loading"):
+        reg.ready_worker("b")
+    await reg.record("b").load_task  # type: ignore[misc]
+    assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
+    await reg.close(0)
+
+
+async def test_a_load_in_progress_holds_its_share_of_the_budget() -> None:
+    gate = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    sizes = {"a": 60 * MB, "b": 60 * MB}
+
+    def loader(spec: ModelSpec) -> Adapter:
+        if spec.name == "b" and gate.is_set() is False and reg.record("b").known_bytes:
+            asyncio.run_coroutine_threadsafe(gate.wait(), loop).result()
+        return FakeAdapter(sizes[spec.name])
+
+    reg = registry(loader, budget_mb=100)
+    await reg.load_now("b")
+    await reg.load_now("a")  # b evicted; both sizes known now
+    await reg.evict("a")
+    with pytest.raises(ModelLoading, match="is loading"):
+        reg.ready_worker("b")  # b loads (held at the gate)
+    await asyncio.sleep(0.05)
+    with pytest.raises(ModelLoading, match="memory"):
+        reg.ready_worker("a")  # does not start a second load that cannot fit
+    assert reg.record("a").state == "available"
+    gate.set()
+    await reg.record("b").load_task  # type: ignore[misc]
+    await reg.close(0)
+
+
+async def test_preloading_models_that_do_not_fit_together_fails_clearly() -> None:
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, recent_use_s=10.0)
+    await reg.load_now("b")
+    await reg.evict("b")  # b's size is known from now on
+    await reg.load_now("a")
+    with pytest.raises(ModelLoadFailed, match="memory budget"):
+        await reg.load_now("b")  # a was just loaded: protected
+    assert reg.record("a").state == "loaded"
+    await reg.close(0)

@@ -1,4 +1,4 @@
-"""The ``sift`` command: serve, models, bench, simulate."""
+"""The ``sift`` command: serve, models, bench, simulate, overhead, primitives."""
 
 from __future__ import annotations
 
@@ -40,8 +40,15 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="Skip measuring each embedder's efficient batch size after load.",
     )
     p.add_argument("--trace-file", type=Path, help="Append one JSON line per forward (for benchmarks).")
-    p.add_argument("--keep-alive-s", type=int, help="Close idle keep-alive connections after this (default 5).")
+    p.add_argument(
+        "--keep-alive-s",
+        type=int,
+        help="Close idle keep-alive connections after this (default 10; must exceed 5, the longest Retry-After).",
+    )
     p.add_argument("--shutdown-grace-s", type=float, help="Time to finish queued work on SIGTERM (default 30).")
+    p.add_argument(
+        "--body-timeout-s", type=float, help="408 and close when a request body takes longer than this (default 60)."
+    )
     p.add_argument("--log-level", help="debug, info, warning, error.")
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sift_server.engine.policy import AdaptivePolicy, TimedPolicy
 from sift_server.engine.scheduler import SchedulerConfig
+from sift_server.errors import MAX_RETRY_AFTER_S
+from sift_server.registry.registry import RECENT_USE_S
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _ADAPTIVE, _TIMED, _SCHEDULER = AdaptivePolicy(), TimedPolicy(), SchedulerConfig()
@@ -63,12 +65,34 @@ class Settings(BaseSettings):
     # One intra-op thread per core is a sensible default for small machines.
     torch_threads: int = 0
     memory_budget_mb: int = 8_192
+    # A model used this recently is not evicted for another one (its clients may
+    # be waiting out a Retry-After); 0 makes eviction plain least-recently-used.
+    evict_idle_s: float = Field(default=RECENT_USE_S, ge=0)
 
     max_body_bytes: int = 35_651_584
+    # A request body not received in full within this many seconds gets a 408
+    # and its connection is closed (slow or stalled clients hold no slot forever).
+    body_timeout_s: float = Field(default=60.0, gt=0)
     max_item_bytes: int = 2 * 1024 * 1024
     shutdown_grace_s: float = 30.0
     # Idle keep-alive connections are closed after this (clients that pool
-    # connections longer should keep theirs below it).
-    keep_alive_s: int = 5
+    # connections longer should keep theirs below it). Always longer than any
+    # Retry-After the server sends, so a client that waits exactly Retry-After
+    # never reuses a connection the server is closing at that moment.
+    keep_alive_s: int = 2 * MAX_RETRY_AFTER_S
     trace_file: Path | None = None
     log_level: str = "info"
+    # glibc only: cap the malloc arenas (0 leaves glibc's default of 8 per core).
+    # Every malloc_trim_s seconds (0: never) run a full garbage collection and
+    # return freed heap to the OS, so RSS stays flat under steady load.
+    malloc_arena_max: int = Field(default=2, ge=0)
+    malloc_trim_s: float = Field(default=10.0, ge=0)
+
+    @field_validator("keep_alive_s")
+    @classmethod
+    def _keep_alive_outlasts_retry_after(cls, value: int) -> int:
+        if value <= MAX_RETRY_AFTER_S:
+            raise ValueError(
+                f"keep_alive_s must be more than {MAX_RETRY_AFTER_S} s, the longest Retry-After the server sends"
+            )
+        return value

@@ -11,6 +11,8 @@ class SiftError(Exception):
     status: int = 500
     code: str = "INTERNAL_ERROR"
     retry_after: int | None = None
+    # Answer with ``Connection: close`` (the request body was not read to its end).
+    close_connection: bool = False
 
     def __init__(self, message: str, **extra: object) -> None:
         super().__init__(message)
@@ -27,7 +29,13 @@ class InputTooLong(SiftError):
 
 
 class BodyTooLarge(SiftError):
-    status, code = 413, "INPUT_TOO_LONG"
+    status, code, close_connection = 413, "INPUT_TOO_LONG", True
+
+
+class BodyTimeout(SiftError):
+    """The client did not send its whole body within the body timeout."""
+
+    status, code, close_connection = 408, "REQUEST_TIMEOUT", True
 
 
 class Unauthorized(SiftError):
@@ -40,6 +48,10 @@ class ModelNotFound(SiftError):
 
 class ModelLoading(SiftError):
     status, code, retry_after = 503, "MODEL_LOADING", 5
+
+
+class LoraLoading(SiftError):
+    status, code, retry_after = 503, "LORA_LOADING", 1
 
 
 class ModelLoadFailed(SiftError):
@@ -67,3 +79,11 @@ class RequestCancelled(SiftError):
     """The client went away; nobody reads this answer."""
 
     status, code = 499, "CANCELLED"
+
+
+# The longest Retry-After the server ever sends (the drain answer uses
+# ShuttingDown's). The idle keep-alive timeout must be longer, so that a client
+# that waits exactly Retry-After never reuses a connection the server is closing.
+MAX_RETRY_AFTER_S = max(
+    cls.retry_after for cls in (ModelLoading, QueueFull, ShuttingDown) if cls.retry_after is not None
+)

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -16,26 +23,112 @@ from sift_server.config import Settings
 log = logging.getLogger("sift")
 
 
+# After the grace period the process exits within this much more, whatever is
+# still running (uvicorn polls every 0.1 s; the rest is slack).
+EXIT_SLACK_S = 0.4
+
+
+def lingering_threads() -> list[threading.Thread]:
+    """Threads the interpreter would wait for at exit (a forward still running
+    in a model's executor thread, for one)."""
+    main = threading.main_thread()
+    return [t for t in threading.enumerate() if t is not main and t.is_alive() and not t.daemon]
+
+
+def hard_exit(reason: str, exit_fn: Callable[[int], Any] = os._exit) -> None:
+    """Leave now without joining worker threads: a forward still running in its
+    executor thread is abandoned (its requests were already answered)."""
+    names = [t.name for t in lingering_threads()]
+    log.info("exit: %s%s", reason, f"; not waiting for threads {', '.join(names)}" if names else "")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    exit_fn(0)
+
+
+def exit_if_threads_linger(exit_fn: Callable[[int], Any] = os._exit) -> None:
+    """Once uvicorn has returned: exit at once if a thread would hold the process."""
+    if lingering_threads():
+        hard_exit("server stopped", exit_fn)
+
+
+# glibc's mallopt parameter for the number of malloc arenas.
+_M_ARENA_MAX = -8
+
+
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None  # not glibc: nothing to tune
+
+
+def limit_malloc_arenas(arenas: int) -> bool:
+    """Cap glibc's malloc arenas. Every thread that allocates (the forward and
+    prep threads, torch's pool) otherwise gets arenas of its own that keep freed
+    memory, which shows up as RSS creeping up under steady load."""
+    libc = _libc()
+    if libc is None or arenas <= 0:
+        return False
+    return bool(libc.mallopt(_M_ARENA_MAX, arenas))
+
+
+def collect_request_garbage() -> int:
+    """A full collection. The raised thresholds (below) make full collections
+    almost never happen on their own, so cyclic request garbage (exceptions with
+    tracebacks, futures, closures) would pile up in the oldest generation. The
+    models are frozen, so this scans only request objects: milliseconds."""
+    started = time.perf_counter()
+    found = gc.collect()
+    if found >= 1000:
+        log.info("periodic gc: %d unreachable objects in %.1f ms", found, (time.perf_counter() - started) * 1000)
+    return found
+
+
+async def reclaim_memory_periodically(interval_s: float) -> None:
+    """Collect cyclic garbage, then hand freed heap pages back to the OS (the trim
+    runs off the event loop), every ``interval_s``."""
+    if interval_s <= 0:
+        return
+    libc = _libc()
+    while True:
+        await asyncio.sleep(interval_s)
+        collect_request_garbage()
+        if libc is not None:
+            await asyncio.to_thread(libc.malloc_trim, 0)
+
+
 class DrainingServer(uvicorn.Server):
     """First signal: stop admitting (503, /readyz false), let queued and
-    in-flight work finish within the grace period, then exit. Second signal:
-    exit at once."""
+    in-flight work finish within the grace period, then exit (within
+    EXIT_SLACK_S more, a watchdog makes sure). Second signal: exit at once."""
 
     def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
         super().__init__(config)
         self.sift_state = state
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._trim: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
         self._loop = asyncio.get_running_loop()
+        self._trim = self._loop.create_task(
+            reclaim_memory_periodically(self.sift_state.settings.malloc_trim_s), name="reclaim-memory"
+        )
         await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.sift_state.draining or self._loop is None:
             super().handle_exit(sig, frame)
             return
-        log.info("signal %s: draining (grace %.1fs)", sig, self.sift_state.settings.shutdown_grace_s)
+        grace = self.sift_state.settings.shutdown_grace_s
+        log.info("signal %s: draining (grace %.1fs)", sig, grace)
         self.sift_state.draining = True
+        # Whatever uvicorn still waits for (a connection mid-body, a forward in a
+        # non-daemon thread), the process is gone shortly after the grace period.
+        watchdog = threading.Timer(grace + EXIT_SLACK_S, hard_exit, args=("shutdown grace period over",))
+        watchdog.daemon = True
+        watchdog.start()
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain_then_exit()))
 
     async def _drain_then_exit(self) -> None:
@@ -48,6 +141,8 @@ def serve(settings: Settings) -> None:
     # Fewer, cheaper collections: the model's objects are frozen after load
     # (registry), so the collector only ever scans request garbage.
     gc.set_threshold(50_000, 50, 1000)
+    if limit_malloc_arenas(settings.malloc_arena_max):
+        log.info("malloc arenas capped at %d", settings.malloc_arena_max)
     state = build_state(settings)
     app = create_app(state)
     config = uvicorn.Config(
@@ -60,3 +155,4 @@ def serve(settings: Settings) -> None:
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
     )
     DrainingServer(config, state).run()
+    exit_if_threads_linger()

@@ -10,42 +10,40 @@ from typing import Any
 from sift_server.adapters.base import ExtractTask, Part
 from sift_server.errors import InvalidInput
 
-DEFAULT_THRESHOLD = 0.5
-
 
 def resolve_labels(task: ExtractTask) -> tuple[str, ...]:
-    """The request's labels, de-duplicated in order; at least one is required."""
-    labels = list(task.labels or ())
+    """The request's labels (validated and de-duplicated by the service); at least one is required."""
+    labels = tuple(task.labels or ())
     if not labels:
         raise InvalidInput("this model needs labels: pass params.labels")
-    for label in labels:
-        if not isinstance(label, str) or not label.strip():
-            raise InvalidInput("labels must be non-empty strings")
-    return tuple(dict.fromkeys(labels))
+    return labels
 
 
-def resolve_threshold(task: ExtractTask, defaults: Mapping[str, Any]) -> float:
-    """Request field, then request options, then the catalog options, then 0.5."""
-    value = task.threshold
+def catalog_threshold(options: Mapping[str, Any], fallback: float | None) -> float | None:
+    """The catalog entry's ``threshold`` (checked at load: a bad one fails the load)."""
+    value = options.get("threshold", fallback)
     if value is None:
-        value = task.options.get("threshold", defaults.get("threshold", DEFAULT_THRESHOLD))
+        return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput("threshold must be a number between 0 and 1")
+        raise ValueError(f"catalog option threshold must be a number between 0 and 1, not {value!r}")
     if not 0.0 <= value <= 1.0:
-        raise InvalidInput("threshold must be a number between 0 and 1")
+        raise ValueError(f"catalog option threshold must be a number between 0 and 1, not {value!r}")
     return float(value)
 
 
-def resolve_flag(
-    name: str, field_value: bool | None, task: ExtractTask, defaults: Mapping[str, Any], fallback: bool
-) -> bool:
-    """A boolean setting: request field, request options, catalog options, fallback."""
-    value: object = field_value
-    if value is None:
-        value = task.options.get(name, defaults.get(name, fallback))
+def catalog_flag(options: Mapping[str, Any], name: str, fallback: bool) -> bool:
+    """A boolean catalog option (checked at load)."""
+    value = options.get(name, fallback)
     if not isinstance(value, bool):
-        raise InvalidInput(f"{name} must be true or false")
+        raise ValueError(f"catalog option {name} must be true or false, not {value!r}")
     return value
+
+
+def reject_options(task: ExtractTask, model_kind: str, **given: object) -> None:
+    """400 naming the first option this kind of model has no use for."""
+    for name, value in given.items():
+        if value is not None and value != ():
+            raise InvalidInput(f"Option '{name}' does not apply to {model_kind}.")
 
 
 def extract_item(

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 Task = Literal["encode", "score", "extract"]
 OverflowPolicy = Literal["truncate", "error"]
+ClassificationType = Literal["single-label", "multi-label"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,19 @@ class ScoreTask:
 
 
 @dataclass(frozen=True, slots=True)
+class FewShotExample:
+    """One few-shot example of a classifier request: a text and its labels."""
+
+    text: str
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ExtractTask:
+    """An extract request with its options already validated and typed (the
+    service layer does that once); ``None`` means "not set by the request", so
+    the adapter applies its catalog default."""
+
     texts: Sequence[str]
     labels: Sequence[str]
     threshold: float | None = None
@@ -39,6 +52,14 @@ class ExtractTask:
     instruction: str | None = None
     overflow: OverflowPolicy = "truncate"
     options: Mapping[str, Any] = field(default_factory=dict)
+    # GLiNER: resolve overlapping spans (True) or keep nested ones.
+    flat_ner: bool | None = None
+    # GLiClass: softmax over the labels or a sigmoid per label.
+    classification_type: ClassificationType | None = None
+    # GLiClass: named label sets scored separately, instead of ``labels``.
+    label_groups: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # GLiClass: few-shot examples rendered into the input as the pipeline does.
+    examples: tuple[FewShotExample, ...] = ()
 
 
 TaskInput = EncodeTask | ScoreTask | ExtractTask
@@ -53,6 +74,8 @@ class Prepared:
     compat_key: Hashable
     payload: Any
     input_tokens: int = 0
+    # The engine lane the request was submitted to (``lora:<name>`` for a LoRA).
+    lane: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +127,18 @@ class Adapter(abc.ABC):
     def memory_bytes(self) -> int:
         """Bytes held by weights and buffers (for the registry's budget)."""
         return 0
+
+    # ---- LoRA (adapters that support it override these) -----------------
+
+    supports_lora: bool = False
+
+    def load_lora(self, name: str, path: Path) -> None:
+        """Load LoRA ``name`` from ``path`` (runs in a thread, not the event loop)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
+
+    def unload_lora(self, name: str) -> None:
+        """Drop LoRA ``name`` (least recently used beyond the model's limit)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support LoRA adapters")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing to release
         """Release what the adapter holds (called on eviction)."""

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sift_server.adapters._lora import LoraSlots, lora_of
 from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, configure_threads, module_bytes, select_device
 from sift_server.adapters.base import (
     Adapter,
@@ -54,6 +56,7 @@ class CrossEncoderAdapter(Adapter):
         activation: str,
     ) -> None:
         self.model = model
+        self.loras = LoraSlots(model)
         # prepare runs on the event loop while forward runs in the executor
         # thread; a fast tokenizer's Rust state is not safe to share between
         # concurrent calls, so each side owns its own instance.
@@ -102,7 +105,20 @@ class CrossEncoderAdapter(Adapter):
         costs = [len(ids) for ids in encoded["input_ids"]]
         return Prepared(item_costs=costs, compat_key=SCORE_COMPAT_KEY, payload=features, input_tokens=sum(costs))
 
+    supports_lora = True
+
+    def load_lora(self, name: str, path: Path) -> None:
+        self.loras.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        self.loras.unload(name)
+
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        name = lora_of(parts)
+        with self.loras.active(name):
+            return self._forward(parts)
+
+    def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         features = [f for part in parts for f in part.prepared.payload[part.start : part.stop]]
         scores = self._score(features)
         return _split(scores, [part.stop - part.start for part in parts])

@@ -1,26 +1,30 @@
 """GLiClass zero-shot text classification through the ``gliclass`` library.
 
 The request's labels are the candidate classes; results go to each item's
-``classifications`` as ``{label, score}`` sorted by score, highest first.
-Single-label mode returns only the best class (softmax scores, as the library
-computes them); multi-label mode returns every class at or over the threshold
-(sigmoid scores).
+``classifications`` as ``{label, score}``: every label whose score passes the
+threshold (default 0, so all of them), highest first, in both modes.
+Single-label mode scores with a softmax over the labels, multi-label mode with
+a sigmoid per label, exactly as the library does. ``options.label_groups``
+scores each group as if its labels were the request's labels; classifications
+then read ``group.label`` and ``data`` holds one summary per group (API.md §4).
 
 ``prepare`` renders the exact string the library's pipeline will tokenize
-(text, label markers, optional task prompt) to get the real token cost. If it
-is too long, the *text* is cut, never the label section: the pipeline would
-otherwise truncate the end of the string, which drops labels on models that put
-them after the text. ``forward`` runs one pipeline call over every text of every
-part with ``batch_size`` equal to the number of texts (one encoder forward).
+(label markers, task prompt, text, few-shot examples) for the real token cost.
+If it is too long, the *text* is cut, never the label section: the pipeline
+would otherwise truncate the end of the string, which drops labels or examples.
+``forward`` runs one pipeline call over every (text, label set) row of every
+part with ``batch_size`` equal to the number of rows (one encoder forward).
 
-Threshold, single/multi-label and the instruction (the pipeline's per-text
-``prompt``) are per text in the library, so only the label set decides which
-requests may fuse: requests that differ in those settings still share a forward.
+Mode, threshold, instruction (the pipeline's ``prompt``) and examples are per
+row in the library, so only the label sets decide which requests may fuse.
+``usage.input_tokens`` counts the documents (plus instruction and examples),
+not the label prompts; the batch cost still counts every rendered token.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sift_server.adapters._extract_common import (
+    catalog_flag,
+    catalog_threshold,
     extract_item,
     group_parts,
-    resolve_flag,
+    reject_options,
     resolve_labels,
-    resolve_threshold,
 )
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device, tokenizer_limit
 from sift_server.adapters.base import (
@@ -51,6 +56,11 @@ if TYPE_CHECKING:
 
 # Architectures whose pipeline renders one string per text via ``prepare_input``.
 _RENDERED = frozenset({"uni-encoder", "bi-encoder-fused", "decoder-kv"})
+# Multi-label group data lists labels at or over this when the request sets no threshold.
+GROUP_DATA_THRESHOLD = 0.5
+
+# One scored label set: the group name (None for plain ``labels``) and its labels.
+Row = tuple[str | None, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,21 +68,26 @@ class GliClassPayload:
     """What ``forward`` needs of one request."""
 
     texts: list[str]
-    labels: tuple[str, ...]
+    rows: tuple[Row, ...]
     threshold: float
-    multi_label: bool
+    data_threshold: float
+    single_label: bool
     prompt: str
+    examples: list[dict[str, Any]] | None
 
 
 class GliClassAdapter(Adapter):
-    """Classifies each text against the request's labels."""
+    """Classifies each text against the request's labels (or each of its label groups)."""
 
     def __init__(
         self, pipeline: Any, tokenizer: PreTrainedTokenizerBase, options: Mapping[str, Any], max_tokens: int
     ) -> None:
         self.pipeline = pipeline
         self.model = pipeline.pipe.model
-        self.options = dict(options)
+        # Catalog defaults, checked here so a bad entry fails its load. The
+        # reference lists every label by default (threshold 0).
+        self.threshold = catalog_threshold(options, None)
+        self.single_label = _catalog_single_label(options)
         self.max_tokens = max_tokens
         # The pipeline tokenizes in forward (executor thread) while prepare runs
         # on the event loop: prepare owns a copy of the fast tokenizer.
@@ -115,27 +130,43 @@ class GliClassAdapter(Adapter):
             raise InvalidInput("this model only supports the extract task")
         if not task.texts:
             raise InvalidInput("extract needs at least one item")
-        labels = resolve_labels(task)
-        threshold = resolve_threshold(task, self.options)
-        # The library's pipeline defaults to multi-label; so do we.
-        multi_label = resolve_flag("multi_label", task.multi_label, task, self.options, True)
+        reject_options(task, "a classification model", flat_ner=task.flat_ner)
+        rows: tuple[Row, ...] = (
+            tuple((name, labels) for name, labels in task.label_groups)
+            if task.label_groups is not None
+            else ((None, resolve_labels(task)),)
+        )
+        if task.classification_type is not None:
+            single_label = task.classification_type == "single-label"
+        elif task.multi_label is not None:
+            single_label = not task.multi_label
+        else:
+            single_label = self.single_label
+        request_threshold = task.threshold if task.threshold is not None else self.threshold
         prompt = task.instruction or ""
-        # One tokenizer call for the whole request, on exactly the pipeline's input.
-        rendered = [self._render(text, labels, prompt) for text in task.texts]
-        counts = [len(ids) for ids in self._tokenizer(rendered, verbose=False)["input_ids"]]
+        examples = [{"text": e.text, "labels": list(e.labels)} for e in task.examples] or None
         texts: list[str] = []
         costs: list[int] = []
-        for index, (text, n_tokens) in enumerate(zip(task.texts, counts, strict=True)):
-            if n_tokens > self.max_tokens:
-                text, n_tokens = self._fit(index, text, n_tokens, labels, prompt, error=task.overflow == "error")
+        for index, text in enumerate(task.texts):
+            text, n_tokens = self._fit_rows(index, text, rows, prompt, examples, error=task.overflow == "error")
             texts.append(text)
             costs.append(n_tokens)
-        payload = GliClassPayload(texts, labels, threshold, multi_label, prompt)
+        payload = GliClassPayload(
+            texts=texts,
+            rows=rows,
+            threshold=request_threshold if request_threshold is not None else 0.0,
+            data_threshold=request_threshold if request_threshold is not None else GROUP_DATA_THRESHOLD,
+            single_label=single_label,
+            prompt=prompt,
+            examples=examples,
+        )
         return Prepared(
             item_costs=costs,
-            compat_key=("gliclass", labels),
+            # Mode, threshold, prompt and examples go to the pipeline per text:
+            # only the label sets decide which requests share a forward.
+            compat_key=("gliclass", rows),
             payload=payload,
-            input_tokens=sum(costs),
+            input_tokens=self._document_tokens(texts, prompt, examples),
         )
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
@@ -156,53 +187,104 @@ class GliClassAdapter(Adapter):
             torch.cuda.empty_cache()
 
     def _forward_group(self, parts: Sequence[Part]) -> list[list[dict[str, Any]]]:
-        """One pipeline call for parts that share a label set; the other settings
-        go to the pipeline per text."""
-        labels = list(parts[0].prepared.payload.labels)
-        texts: list[str] = []
-        thresholds: list[float] = []
+        """One pipeline call over every (text, label set) row of the parts; the
+        pipeline takes labels, mode, prompt and examples per row and returns every
+        label's score (``return_hierarchical``), which we threshold and sort."""
+        row_texts: list[str] = []
+        row_labels: list[list[str]] = []
         modes: list[str] = []
         prompts: list[str] = []
+        row_examples: list[list[dict[str, Any]] | None] = []
         for part in parts:
             payload: GliClassPayload = part.prepared.payload
             for text in payload.texts[part.start : part.stop]:
-                texts.append(text)
-                thresholds.append(payload.threshold)
-                modes.append("multi-label" if payload.multi_label else "single-label")
-                prompts.append(payload.prompt)
-        predictions = self.pipeline(
-            texts,
-            labels,
-            threshold=thresholds,
-            batch_size=len(texts),  # the whole fused batch in one encoder forward
+                for _, labels in payload.rows:
+                    row_texts.append(text)
+                    row_labels.append(list(labels))
+                    modes.append("single-label" if payload.single_label else "multi-label")
+                    prompts.append(payload.prompt)
+                    row_examples.append(payload.examples)
+        scores: list[dict[str, float]] = self.pipeline(
+            row_texts,
+            row_labels,
+            threshold=0.0,
+            batch_size=len(row_texts),  # the whole fused batch in one encoder forward
             classification_type=modes,
             prompt=prompts if any(prompts) else None,
+            examples=row_examples if any(row_examples) else None,
+            return_hierarchical=True,
         )
-        items = [extract_item(classifications=_classifications(found)) for found in predictions]
         out: list[list[dict[str, Any]]] = []
-        start = 0
+        row = 0
         for part in parts:
-            size = part.stop - part.start
-            out.append(items[start : start + size])
-            start += size
+            payload = part.prepared.payload
+            items = []
+            for _ in range(part.start, part.stop):
+                per_row = scores[row : row + len(payload.rows)]
+                row += len(payload.rows)
+                items.append(_item(payload, per_row))
+            out.append(items)
         return out
 
-    def _render(self, text: str, labels: tuple[str, ...], prompt: str) -> str:
-        """The string the pipeline tokenizes for this text."""
+    def _render(
+        self, text: str, labels: Sequence[str], prompt: str, examples: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The string the pipeline tokenizes for this text and label set."""
         if self._architecture in _RENDERED:
-            rendered: str = self.pipeline.pipe.prepare_input(text, list(labels), None, prompt or None)
+            rendered: str = self.pipeline.pipe.prepare_input(text, list(labels), examples, prompt or None)
             return rendered
         # Other architectures encode labels separately; the text side is this.
-        return f"{prompt} {text}" if prompt else text
+        shots = self.pipeline.pipe._format_examples_for_input(examples) if examples else ""
+        return (f"{prompt} {text}" if prompt else text) + shots
+
+    def _document_tokens(self, texts: list[str], prompt: str, examples: list[dict[str, Any]] | None) -> int:
+        """Usage: the documents' tokens plus instruction and examples per item, not the label prompts."""
+        counts = self._tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+        extra = 0
+        if prompt:
+            extra += len(self._tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
+        if examples:
+            shots = self.pipeline.pipe._format_examples_for_input(examples)
+            extra += len(self._tokenizer(shots, add_special_tokens=False, verbose=False)["input_ids"])
+        return sum(len(ids) for ids in counts) + extra * len(texts)
+
+    def _fit_rows(
+        self,
+        index: int,
+        text: str,
+        rows: tuple[Row, ...],
+        prompt: str,
+        examples: list[dict[str, Any]] | None,
+        *,
+        error: bool,
+    ) -> tuple[str, int]:
+        """The text (cut to fit its largest row if needed) and its cost: the
+        tokens of every row's rendered input."""
+        rendered = [self._render(text, labels, prompt, examples) for _, labels in rows]
+        counts = [len(ids) for ids in self._tokenizer(rendered, verbose=False)["input_ids"]]
+        worst = max(range(len(rows)), key=counts.__getitem__)
+        if counts[worst] <= self.max_tokens:
+            return text, sum(counts)
+        text = self._fit(index, text, counts[worst], rows[worst][1], prompt, examples, error=error)
+        rendered = [self._render(text, labels, prompt, examples) for _, labels in rows]
+        return text, sum(len(ids) for ids in self._tokenizer(rendered, verbose=False)["input_ids"])
 
     def _count(self, value: str) -> int:
         return len(self._tokenizer(value, verbose=False)["input_ids"])
 
     def _fit(
-        self, index: int, text: str, n_tokens: int, labels: tuple[str, ...], prompt: str, *, error: bool
-    ) -> tuple[str, int]:
+        self,
+        index: int,
+        text: str,
+        n_tokens: int,
+        labels: Sequence[str],
+        prompt: str,
+        examples: list[dict[str, Any]] | None,
+        *,
+        error: bool,
+    ) -> str:
         """For a text whose rendered input takes ``n_tokens``, over the limit: raise,
-        or return a token-aligned prefix that fits and its token cost."""
+        or return a token-aligned prefix that fits."""
         if error:
             raise InputTooLong(
                 f"item {index}: {n_tokens} tokens with the labels, more than the model's {self.max_tokens}",
@@ -216,9 +298,9 @@ class GliClassAdapter(Adapter):
         while keep > 0:
             fitted = text[: spans[keep - 1][1]]
             # Re-count: a cut text can tokenize differently at the boundary.
-            n_tokens = self._count(self._render(fitted, labels, prompt))
+            n_tokens = self._count(self._render(fitted, labels, prompt, examples))
             if n_tokens <= self.max_tokens:
-                return fitted, n_tokens
+                return fitted
             keep -= n_tokens - self.max_tokens
         raise InputTooLong(
             f"item {index}: the labels alone take the model's {self.max_tokens} tokens",
@@ -227,7 +309,41 @@ class GliClassAdapter(Adapter):
         )
 
 
-def _classifications(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The pipeline's predictions, highest score first (stable for ties)."""
-    ranked = sorted(found, key=lambda p: -float(p["score"]))
-    return [{"label": str(p["label"]), "score": float(p["score"])} for p in ranked]
+def _catalog_single_label(options: Mapping[str, Any]) -> bool:
+    """The catalog's mode: ``classification_type``, else ``multi_label``, else multi-label
+    (the library's default)."""
+    kind = options.get("classification_type")
+    if kind is not None:
+        if kind not in ("single-label", "multi-label"):
+            raise ValueError(f"catalog option classification_type must be single-label or multi-label, not {kind!r}")
+        return bool(kind == "single-label")
+    return not catalog_flag(options, "multi_label", True)
+
+
+def _item(payload: GliClassPayload, per_row: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """One item's classifications (every label over the threshold, best first;
+    ``group.label`` for groups) and, for groups, its per-group ``data``."""
+    found: list[dict[str, Any]] = []
+    data: dict[str, Any] = {}
+    for (group, labels), scores in zip(payload.rows, per_row, strict=True):
+        probabilities = {label: float(scores[label]) for label in labels}
+        for label, score in probabilities.items():
+            if score >= payload.threshold:
+                found.append({"label": f"{group}.{label}" if group is not None else label, "score": score})
+        if group is not None:
+            data[group] = _group_data(probabilities, payload)
+    found.sort(key=lambda c: -c["score"])  # stable: ties keep label order
+    item = extract_item(classifications=found)
+    item["data"] = data
+    return item
+
+
+def _group_data(probabilities: dict[str, float], payload: GliClassPayload) -> dict[str, Any]:
+    if payload.single_label:
+        choice = max(probabilities, key=probabilities.__getitem__)
+        k = len(probabilities)
+        entropy = -sum(p * math.log(p) for p in probabilities.values() if p > 0.0)
+        confidence = 1.0 - entropy / math.log(k) if k > 1 else 1.0
+        return {"type": "choice", "choice": choice, "probabilities": probabilities, "confidence": confidence}
+    chosen = [label for label, p in probabilities.items() if p >= payload.data_threshold]
+    return {"labels": chosen, "probabilities": probabilities}

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sift_server.adapters._extract_common import (
+    catalog_flag,
+    catalog_threshold,
     extract_item,
     group_parts,
-    resolve_flag,
+    reject_options,
     resolve_labels,
-    resolve_threshold,
 )
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device, tokenizer_limit
 from sift_server.adapters.base import (
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
 
 # --- GLiNER -----------------------------------------------------------------
 
+# The library's own default for ``inference``.
+DEFAULT_THRESHOLD = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class GlinerPayload:
@@ -63,7 +67,10 @@ class GlinerAdapter(Adapter):
 
     def __init__(self, model: Any, options: Mapping[str, Any], max_tokens: int) -> None:
         self.model = model
-        self.options = dict(options)
+        # Catalog defaults, checked here so a bad entry fails its load.
+        self.threshold = catalog_threshold(options, DEFAULT_THRESHOLD)
+        self.flat_ner = catalog_flag(options, "flat_ner", True)
+        self.multi_label = catalog_flag(options, "multi_label", False)
         processor = model.data_processor
         self._processor = processor
         # The library tokenizes in forward (executor thread) while prepare runs
@@ -99,10 +106,18 @@ class GlinerAdapter(Adapter):
             raise InvalidInput("this model only supports the extract task")
         if not task.texts:
             raise InvalidInput("extract needs at least one item")
+        reject_options(
+            task,
+            "an entity model",
+            label_groups=task.label_groups,
+            classification_type=task.classification_type,
+            examples=task.examples,
+        )
         labels = resolve_labels(task)
-        threshold = resolve_threshold(task, self.options)
-        flat_ner = resolve_flag("flat_ner", None, task, self.options, True)
-        multi_label = resolve_flag("multi_label", task.multi_label, task, self.options, False)
+        threshold = task.threshold if task.threshold is not None else self.threshold
+        assert threshold is not None
+        flat_ner = task.flat_ner if task.flat_ner is not None else self.flat_ner
+        multi_label = task.multi_label if task.multi_label is not None else self.multi_label
 
         prompt = self._prompt_words(labels)
         words = [list(self._words_splitter(text)) for text in task.texts]

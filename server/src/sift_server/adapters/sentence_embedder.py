@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from sift_server.adapters._lora import LoraSlots, lora_of
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
@@ -60,6 +61,7 @@ class SentenceEmbedderAdapter(Adapter):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.loras = LoraSlots(model)
         config: Any = model.config
         hidden = int(config.hidden_size)
         self.info = AdapterInfo(
@@ -121,7 +123,20 @@ class SentenceEmbedderAdapter(Adapter):
 
     # ---- forward (executor thread) --------------------------------------
 
+    supports_lora = True
+
+    def load_lora(self, name: str, path: Path) -> None:
+        self.loras.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        self.loras.unload(name)
+
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        name = lora_of(parts)
+        with self.loras.active(name):
+            return self._forward(parts)
+
+    def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         rows: list[list[int]] = []
         for part in parts:
             rows.extend(part.prepared.payload[part.start : part.stop])

@@ -7,11 +7,15 @@ import logging
 from collections.abc import AsyncIterator
 from functools import partial
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
 
 from sift_server import __version__
 from sift_server.adapters.base import Adapter
 from sift_server.api import health, models, native, openai
+from sift_server.api.errors import OPENAI_PATH, openai_envelope
 from sift_server.api.middleware import SiftMiddleware
 from sift_server.api.state import ServerState
 from sift_server.config import Settings
@@ -20,6 +24,7 @@ from sift_server.engine.policy import make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.trace import JsonlTrace, TraceSink
 from sift_server.engine.worker import ModelWorker, WorkerConfig
+from sift_server.errors import SiftError
 from sift_server.metrics import Metrics
 from sift_server.registry.calibrate import Curve, load_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
@@ -77,9 +82,25 @@ def build_state(
         memory_budget_bytes=settings.memory_budget_mb * 2**20,
         loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
         calibrate=settings.calibrate,
+        recent_use_s=settings.evict_idle_s,
     )
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Routing errors (405 and the like) keep FastAPI's ``{"detail": ...}`` except on
+    the OpenAI route, whose clients read the OpenAI envelope."""
+    assert isinstance(exc, StarletteHTTPException)
+    if request.url.path != OPENAI_PATH:
+        return await http_exception_handler(request, exc)
+    error = SiftError(str(exc.detail))
+    error.status, error.code = exc.status_code, _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}").upper()
+    status, body, headers = openai_envelope(error)
+    return JSONResponse(body, status_code=status, headers={**(exc.headers or {}), **headers})
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -102,6 +123,7 @@ def create_app(state: ServerState) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.sift = state
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
     for module in (native, openai, models, health):
         app.include_router(module.router)
     app.add_middleware(SiftMiddleware, state=state)

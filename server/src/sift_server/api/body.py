@@ -1,20 +1,38 @@
-"""Request body reading with the size limit, and the client-disconnect watch."""
+"""Request body reading with the size limit and the body timeout, and the
+client-disconnect watch."""
 
 from __future__ import annotations
 
-from starlette.requests import Request
+import asyncio
+import logging
 
-from sift_server.errors import BodyTooLarge
+from starlette.requests import ClientDisconnect, Request
+
+from sift_server.errors import BodyTimeout, BodyTooLarge, RequestCancelled
+
+log = logging.getLogger(__name__)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The whole body, at most ``limit`` bytes (413), within ``timeout_s`` from
+    the first read (408, the connection is then closed). A client that hangs up
+    mid-body is a 499 with one log line."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"Request body exceeds the limit of {limit} bytes.")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(f"Request body exceeds the limit of {limit} bytes.")
+                chunks.append(chunk)
+    except TimeoutError:
+        log.info("%s %s: body not complete after %.1fs (%d bytes read): 408", request.method, request.url.path,
+                 timeout_s or 0.0, size)
+        raise BodyTimeout(f"The request body was not received within {timeout_s:g} s.") from None
+    except ClientDisconnect:
+        log.info("%s %s: client disconnected mid-body after %d bytes: 499", request.method, request.url.path, size)
+        raise RequestCancelled("The client disconnected before sending the whole body.") from None
     return b"".join(chunks)
 
 

@@ -1,5 +1,11 @@
 """Error envelopes: ``{"detail": {code, message}}`` on native routes and
-``{"error": {...}}`` on the OpenAI route (API.md §1.7, §5)."""
+``{"error": {...}}`` on the OpenAI route (API.md §1.7, §5).
+
+Both families also carry ``X-SIE-Error-Code`` (the domain code, upper case) so
+that logs and proxies can read the code without parsing the body. The builders
+return plain data so the ASGI middleware (which answers before routing) uses
+exactly the same envelopes as the handlers.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,10 @@ from starlette.responses import JSONResponse
 
 from sift_server.errors import SiftError
 
-# OpenAI-route codes for our domain codes (API.md §5).
+OPENAI_PATH = "/v1/embeddings"
+
+# OpenAI-route codes for our domain codes (API.md §5); every other code is the
+# domain code in lower case, so the route's codes are lower case throughout.
 _OPENAI_CODES = {
     "MODEL_NOT_FOUND": "model_not_found",
     "INVALID_INPUT": "invalid_request",
@@ -17,32 +26,48 @@ _OPENAI_CODES = {
     "INFERENCE_ERROR": "inference_error",
 }
 
+Envelope = tuple[int, dict[str, Any], dict[str, str]]
 
-def _headers(error: SiftError, runtime_instance: str | None) -> dict[str, str]:
+
+def native_envelope(error: SiftError, runtime_instance: str | None = None) -> Envelope:
+    detail: dict[str, Any] = {"code": error.code, "message": error.message, **error.extra}
     headers = {"X-SIE-Error-Code": error.code}
     if error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
     if runtime_instance:
         headers["X-SIE-Runtime-Instance"] = runtime_instance
-    return headers
+    if error.close_connection:
+        headers["Connection"] = "close"
+    return error.status, {"detail": detail}, headers
 
 
-def native_error(error: SiftError, runtime_instance: str | None = None) -> JSONResponse:
-    detail: dict[str, Any] = {"code": error.code, "message": error.message, **error.extra}
-    return JSONResponse({"detail": detail}, status_code=error.status, headers=_headers(error, runtime_instance))
-
-
-def openai_error(error: SiftError, param: str | None = None) -> JSONResponse:
-    code = _OPENAI_CODES.get(error.code, error.code)
+def openai_envelope(error: SiftError, param: str | None = None) -> Envelope:
     body: dict[str, Any] = {
         "message": error.message,
         "type": "invalid_request_error" if error.status < 500 else "server_error",
         "param": param if param is not None else error.extra.get("param"),
-        "code": code,
+        "code": _OPENAI_CODES.get(error.code, error.code.lower()),
         **{k: v for k, v in error.extra.items() if k != "param"},
     }
-    headers = {}
+    headers = {"X-SIE-Error-Code": error.code}
     # The reference answers a full queue here without Retry-After.
     if error.retry_after is not None and error.code != "QUEUE_FULL":
         headers["Retry-After"] = str(error.retry_after)
-    return JSONResponse({"error": body}, status_code=error.status, headers=headers)
+    if error.close_connection:
+        headers["Connection"] = "close"
+    return error.status, {"error": body}, headers
+
+
+def native_error(error: SiftError, runtime_instance: str | None = None) -> JSONResponse:
+    status, body, headers = native_envelope(error, runtime_instance)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def openai_error(error: SiftError, param: str | None = None) -> JSONResponse:
+    status, body, headers = openai_envelope(error, param)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def envelope_for_path(path: str, error: SiftError) -> Envelope:
+    """The OpenAI envelope on the OpenAI route, the native one everywhere else."""
+    return openai_envelope(error) if path == OPENAI_PATH else native_envelope(error)

@@ -11,11 +11,19 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sift_server.api.errors import OPENAI_PATH, envelope_for_path
 from sift_server.api.state import ServerState
+from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthorized
 from sift_server.service.common import split_profile
 
 PROBES = frozenset({"/healthz", "/livez", "/readyz"})
 _NATIVE_PREFIXES = ("/v1/encode/", "/v1/score/", "/v1/extract/")
+
+
+async def _send_error(send: Send, path: str, error: SiftError, extra: dict[str, str] | None = None) -> None:
+    """The error in the envelope of the path's API family (OpenAI or native)."""
+    status, body, headers = envelope_for_path(path, error)
+    await _send_json(send, status, body, {**headers, **(extra or {})})
 
 
 async def _send_json(send: Send, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
@@ -47,36 +55,23 @@ class SiftMiddleware:
             await self.app(scope, receive, send)
             return
         state = self.state
-        is_openai = path == "/v1/embeddings"
         if state.draining:
-            await _send_json(
-                send,
-                503,
-                {"error": "Service shutting down", "detail": "The server is draining; retry elsewhere."},
-                {"Retry-After": "5"},
+            await _send_error(
+                send, path, ShuttingDown("The server is draining after a shutdown signal; retry elsewhere.")
             )
             return
         if state.settings.api_key and not self._authorized(scope):
-            message = "Missing or invalid API key: send 'Authorization: Bearer <key>'."
-            body = (
-                {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "unauthorized"}}
-                if is_openai
-                else {"detail": {"code": "UNAUTHORIZED", "message": message}}
-            )
-            await _send_json(send, 401, body, {"WWW-Authenticate": "Bearer"})
+            refusal = Unauthorized("Missing or invalid API key: send 'Authorization: Bearer <key>'.")
+            await _send_error(send, path, refusal, {"WWW-Authenticate": "Bearer"})
             return
         native = path.startswith(_NATIVE_PREFIXES)
-        if native:
+        if native or path == OPENAI_PATH:
             declared = _header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > state.settings.max_body_bytes:
-                message = f"Request body exceeds the limit of {state.settings.max_body_bytes} bytes."
-                await _send_json(
-                    send,
-                    413,
-                    {"detail": {"code": "INPUT_TOO_LONG", "message": message}},
-                    {"X-SIE-Error-Code": "INPUT_TOO_LONG"},
-                )
+                error = BodyTooLarge(f"Request body exceeds the limit of {state.settings.max_body_bytes} bytes.")
+                await _send_error(send, path, error)
                 return
+        if native:
             ticket = self._ingress(path)
             if ticket is not None:
                 scope["sift.ingress"] = ticket

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from sift_server.api.errors import native_error
 from sift_server.api.state import ServerState
 from sift_server.errors import SiftError
+from sift_server.registry.adapters import ENCODE_OUTPUTS
 from sift_server.registry.registry import ModelRecord
 
 router = APIRouter()
@@ -25,7 +26,9 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
         dims = dict(record.adapter.info.dims)
     for task in spec.tasks:
         if task == "encode":
-            outputs.extend(record.adapter.info.outputs if record.adapter else ["dense"])
+            outputs.extend(
+                record.adapter.info.outputs if record.adapter else ENCODE_OUTPUTS.get(spec.adapter, ("dense",))
+            )
         else:
             outputs.extend(_TASK_OUTPUTS[task])
     return {

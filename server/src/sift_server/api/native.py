@@ -21,7 +21,7 @@ from sift_server.service.encode import encode
 from sift_server.service.extract import extract
 from sift_server.service.run import Outcome, RequestContext
 from sift_server.service.score import score
-from sift_server.wire.codec import decode_body, encode_body
+from sift_server.wire.codec import decode_body_async, encode_body
 from sift_server.wire.negotiation import JSON_TYPE, MSGPACK_TYPE, request_format, response_format
 from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
 
@@ -52,10 +52,11 @@ async def _serve(request: Request, model: str, endpoint: str, schema: type[Any],
     started = time.perf_counter()
     state: ServerState = request.app.state.sift
     try:
-        body = await read_body(request, state.settings.max_body_bytes)
+        body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
         fmt = request_format(request.headers.get("content-type"))
         ctx = _context(request, started)
-        outcome = await service(state.registry, model, decode_body(body, fmt, schema), state.limits, ctx)
+        decoded = await decode_body_async(body, fmt, schema)
+        outcome = await service(state.registry, model, decoded, state.limits, ctx)
     except SiftError as error:
         state.metrics.count(model, endpoint, error.status)
         # The reference adds the runtime instance to errors inside the handler.

@@ -1,4 +1,10 @@
-"""OpenAI-compatible ``POST /v1/embeddings`` (API.md §5)."""
+"""OpenAI-compatible ``POST /v1/embeddings`` (API.md §5).
+
+The body is read by hand (bounded by the body limit and the body timeout, like
+the native routes) and decoded with msgspec, so every malformed body gets the
+OpenAI error envelope with a 400 instead of FastAPI's 422 ``{"detail": [...]}``.
+The pydantic model below only documents the body in ``/openapi.json``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,13 @@ import base64
 import time
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 
-from sift_server.api.body import wait_for_disconnect
+from sift_server.api.body import read_body, wait_for_disconnect
 from sift_server.api.errors import openai_error
 from sift_server.api.native import request_id_of
 from sift_server.api.state import ServerState
@@ -19,6 +26,7 @@ from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError
 from sift_server.service.encode import encode
 from sift_server.service.run import RequestContext
+from sift_server.wire.codec import decode_body_async
 from sift_server.wire.schemas import EncodeBody, Item
 
 router = APIRouter()
@@ -28,12 +36,65 @@ class UnsupportedField(InvalidInput):
     code = "unsupported_field"
 
 
-class EmbeddingsBody(BaseModel):
+class EmbeddingsBody(msgspec.Struct):
+    """The request body; unknown fields are ignored."""
+
     model: str
     input: str | list[Any]
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: int | None = None
     user: str | None = None
+
+
+class EmbeddingsSchema(BaseModel):
+    """The same body for the OpenAPI document (not used to decode)."""
+
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: int | None = None
+    user: str | None = None
+
+
+_OPENAPI_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": EmbeddingsSchema.model_json_schema()}},
+    }
+}
+
+
+def _is_json(content_type: str | None) -> bool:
+    """No Content-Type is read as JSON (as the native routes do); any other
+    type must name JSON: this route has no msgpack form."""
+    if content_type is None or not content_type.strip():
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+async def _parse(raw: bytes, content_type: str | None) -> EmbeddingsBody:
+    if not _is_json(content_type):
+        raise InvalidInput("This route accepts JSON only: send 'Content-Type: application/json'.")
+    if not raw.strip():
+        raise InvalidInput("The request body is empty; send a JSON object with 'model' and 'input'.")
+    try:
+        return await decode_body_async(raw, "json", EmbeddingsBody)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, param=_param_of(exc.message)) from exc
+
+
+def _param_of(message: str) -> str | None:
+    """The field a msgspec message names (``... - at `$.dimensions``` or
+    ``Object missing required field `model```)."""
+    missing = "missing required field `"
+    if missing in message:
+        return message.split(missing, 1)[1].split("`", 1)[0] or None
+    marker = "at `$."
+    if marker not in message:
+        return None
+    field = message.split(marker, 1)[1].split("`", 1)[0]
+    return field.split(".", 1)[0].split("[", 1)[0] or None
 
 
 def _texts(value: str | list[Any]) -> list[str]:
@@ -56,13 +117,17 @@ def _embedding(vector: np.ndarray, fmt: str | None) -> list[float] | str:
     return floats
 
 
-@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings")
-async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
+@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings", openapi_extra=_OPENAPI_BODY)
+async def embeddings(request: Request) -> Response:
     state: ServerState = request.app.state.sift
     started = time.perf_counter()
     # Opened already where the request arrived another way (a worker's queue message).
     ingress: IngressTicket | None = request.scope.get("sift.ingress")
+    model = ""
     try:
+        raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
+        body = await _parse(raw, request.headers.get("content-type"))
+        model = body.model
         texts = _texts(body.input)
         record = state.registry.record(body.model)
         if ingress is None and record.worker is not None:
@@ -90,7 +155,7 @@ async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
                 )
         outcome = await encode(state.registry, body.model, native, state.limits, ctx)
     except SiftError as error:
-        state.metrics.count(body.model, "embeddings", error.status)
+        state.metrics.count(model, "embeddings", error.status)
         return openai_error(error)
     finally:
         if ingress is not None:

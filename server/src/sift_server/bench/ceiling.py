@@ -12,6 +12,7 @@ straw man (a 16-text batch with one long passage runs several times slower)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sift_server.bench.request import ENCODE_DENSE, RequestSpec
 from sift_server.bench.server_proc import child_env, pin_prefix
 from sift_server.bench.stats import median
 from sift_server.bench.workload import WORKLOADS, Workload, texts_for
@@ -37,14 +39,20 @@ def measure(
     min_reps: int = 3,
     max_reps: int = 200,
     progress: Callable[[int], None] = lambda size: None,
-    labels: Sequence[str] | None = None,
+    request: RequestSpec = ENCODE_DENSE,
 ) -> dict[str, Any]:
-    """Median seconds of one forward per batch size (encode; extract with ``labels``)."""
-    from sift_server.adapters.base import EncodeTask, ExtractTask, Part, TaskInput
+    """Median seconds of one forward per batch size, for the request spec's primitive."""
+    from sift_server.adapters.base import EncodeTask, ExtractTask, Part, ScoreTask, TaskInput
     from sift_server.engine import padding
 
     def prepare(batch: list[str]) -> Any:
-        task: TaskInput = EncodeTask(batch) if labels is None else ExtractTask(batch, labels)
+        task: TaskInput
+        if request.primitive == "score":
+            task = ScoreTask(request.query, batch)
+        elif request.primitive == "extract":
+            task = ExtractTask(batch, list(request.labels))
+        else:
+            task = EncodeTask(batch)
         return adapter.prepare(task)
 
     fixed_tokens = _fixed_tokens(adapter, prepare, texts)
@@ -110,7 +118,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-reps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload", choices=WORKLOADS, default="short")
-    parser.add_argument("--labels", help="comma-separated: measure extract forwards with these labels")
+    parser.add_argument("--request", default="{}", help="the bench's request spec as JSON (primitive, labels, query)")
     args = parser.parse_args(argv)
 
     from sift_server.registry.catalog import Catalog
@@ -125,11 +133,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
     def note(size: int) -> None:
         print(f"ceiling: batch {size} done", file=sys.stderr, flush=True)
 
-    labels = args.labels.split(",") if args.labels else None
+    fields = json.loads(args.request)
+    if "labels" in fields:
+        fields["labels"] = tuple(fields["labels"])
     texts = texts_for(args.workload, seed=args.seed)
     measured = measure(
-        adapter, texts, sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note, labels=labels
-    )
+        adapter, texts, sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note,
+        request=RequestSpec(**fields),
+    )  # fmt: skip
     result = {
         "model": args.model,
         "torch_threads": args.torch_threads,
@@ -153,7 +164,7 @@ def run_ceiling(
     log_path: Path,
     timeout_s: float = 1800.0,
     workload: Workload = "short",
-    labels: Sequence[str] | None = None,
+    request: RequestSpec = ENCODE_DENSE,
 ) -> dict[str, Any]:
     """Measure in a pinned child process; raises ``RuntimeError`` on failure."""
     command = [
@@ -165,7 +176,7 @@ def run_ceiling(
         "--min-time", str(min_time_s),
         "--seed", str(seed),
         "--workload", workload,
-        *(["--labels", ",".join(labels)] if labels else []),
+        "--request", json.dumps(dataclasses.asdict(request)),
         *[arg for folder in catalogs for arg in ("--catalog", str(folder))],
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,10 +9,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sift_server.bench.heads import HEADS
+from sift_server.bench.request import RequestSpec
 from sift_server.bench.server_proc import default_cpus
 from sift_server.bench.workload import WORKLOADS
 from sift_server.config import DEFAULT_MODEL
@@ -142,13 +144,17 @@ def main(args: argparse.Namespace) -> int:
     )
     server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
     out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
-    model, catalogs, labels = args.model, list(args.catalog), None
+    model, catalogs = args.model, list(args.catalog)
+    request = RequestSpec(args.primitive, args.output_type)
+    if args.labels:
+        request = replace(request, labels=tuple(label.strip() for label in args.labels.split(",") if label.strip()))
     if args.head:
         from sift_server.bench import heads
 
         print(f"sift bench: building the {args.head} test head (once; cached under {HEADS_CACHE})", file=sys.stderr)
         model, head_catalog, labels = heads.build(args.head, HEADS_CACHE)
         catalogs.append(head_catalog)
+        request = RequestSpec("extract", labels=tuple(labels))
 
     policies = args.arm or ([] if args.rev else list(POLICIES))
     arms: list[Arm] = [policy_arm(p) for p in dict.fromkeys(policies)]
@@ -173,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
             model=model,
             catalogs=catalogs,
             workload=args.workload,
-            labels=labels,
+            request=request,
             plan=plan,
             client=client,
             server_cpus=server_cpus,

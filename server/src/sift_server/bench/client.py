@@ -18,6 +18,8 @@ import httpx
 import msgpack
 import numpy as np
 
+from sift_server.bench.request import ENCODE_DENSE, RequestSpec, check_answer
+
 ClientKind = Literal["sdk", "httpx"]
 
 # Under uvicorn's 5 s keep-alive: the client drops an idle connection before the
@@ -38,7 +40,7 @@ class Transport(Protocol):
     kind: str
 
     async def send(self, request_id: str, texts: list[str]) -> Outcome:
-        """Encode ``texts`` (or, with labels, extract from them) and check the answer."""
+        """Run the request spec's primitive on ``texts`` and check the answer."""
         ...
 
     async def aclose(self) -> None: ...
@@ -61,10 +63,10 @@ def validate_dense(matrix: Any, items: int, dims: int | None) -> str | None:
     return None
 
 
-def validate_extract(results: Any, items: int) -> str | None:
-    """Why ``results`` is not one extract result per item (None: it is)."""
+def _count(results: Any, items: int, what: str) -> str | None:
     if not isinstance(results, list) or len(results) != items:
-        return f"expected {items} extract results, got {type(results).__name__}"
+        got = len(results) if isinstance(results, list) else type(results).__name__
+        return f"expected {items} {what}, got {got}"
     return None
 
 
@@ -133,36 +135,45 @@ class SdkTransport(_HookedClient):
         max_connections: int,
         timeout: float,
         http_transport: httpx.AsyncBaseTransport | None = None,
-        labels: list[str] | None = None,
+        spec: RequestSpec = ENCODE_DENSE,
     ) -> None:
         from sift_sdk import AsyncSiftClient
 
         super().__init__(max_connections, timeout, http_transport)
         self.model = model
         self.dims = dims
-        self.labels = labels
+        self.spec = spec
         self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self.http)
+
+    async def _call(self, texts: list[str]) -> str | None:
+        """Run the primitive through the SDK; why the answer is wrong (None: it is right)."""
+        spec = self.spec
+        if spec.primitive == "score":
+            result = await self._client.score(self.model, spec.query, texts)
+            return _count(result.scores, len(texts), "scores")
+        if spec.primitive == "extract":
+            results = await self._client.extract(self.model, texts, labels=list(spec.labels))
+            return _count(results, len(texts), "extract results")
+        if spec.output_type == "dense":
+            return validate_dense(await self._client.encode(self.model, texts), len(texts), self.dims)
+        response = await self._client.encode_full(self.model, texts, output_types=[spec.output_type])
+        error = _count(response.items, len(texts), "encoded items")
+        if error is None and not all(spec.output_type in item for item in response.items):
+            error = f"an item lacks its {spec.output_type} output"
+        return error
 
     async def send(self, request_id: str, texts: list[str]) -> Outcome:
         exchange = _Exchange(request_id)
         token = self.exchange.set(exchange)
         try:
-            if self.labels is not None:
-                results = await self._client.extract(self.model, list(texts), labels=self.labels)
-            else:
-                matrix = await self._client.encode(self.model, texts)
+            error = await self._call(texts)
         except Exception as exc:  # every failure is an invalid response, never a crash
             return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}", exchange.issued)
         finally:
             self.exchange.reset(token)
         if self._client.last_retry_count:
             return Outcome(False, exchange.status, f"retried {self._client.last_retry_count} times", exchange.issued)
-        error = _check(exchange.status, exchange.echoed, request_id)
-        if error is None:
-            if self.labels is not None:
-                error = validate_extract(results, len(texts))
-            else:
-                error = validate_dense(matrix, len(texts), self.dims)
+        error = _check(exchange.status, exchange.echoed, request_id) or error
         return Outcome(error is None, exchange.status, error, exchange.issued)
 
     async def aclose(self) -> None:
@@ -207,19 +218,20 @@ class HttpxTransport(_HookedClient):
         max_connections: int,
         timeout: float,
         http_transport: httpx.AsyncBaseTransport | None = None,
-        labels: list[str] | None = None,
+        spec: RequestSpec = ENCODE_DENSE,
     ) -> None:
         super().__init__(max_connections, timeout, http_transport)
         self.dims = dims
-        self.labels = labels
-        route = "extract" if labels is not None else "encode"
-        self._url = f"{base_url.rstrip('/')}/v1/{route}/{model}"
+        self.spec = spec
+        self._url = f"{base_url.rstrip('/')}/v1/{spec.route}/{model}"
+
+    def _check_body(self, content: bytes, items: int) -> str | None:
+        if self.spec.primitive == "encode" and self.spec.output_type == "dense":
+            return validate_dense(decode_encode_response(content, items), items, self.dims)
+        return check_answer(self.spec, msgpack.unpackb(content, raw=False, strict_map_key=False), items)
 
     async def send(self, request_id: str, texts: list[str]) -> Outcome:
-        request: dict[str, Any] = {"items": [{"text": text} for text in texts]}
-        if self.labels is not None:
-            request["params"] = {"labels": self.labels}
-        body = msgpack.packb(request, use_bin_type=True)
+        body = msgpack.packb(self.spec.body(texts), use_bin_type=True)
         headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
         exchange = _Exchange(request_id)
         token = self.exchange.set(exchange)
@@ -232,11 +244,7 @@ class HttpxTransport(_HookedClient):
         error = _check(response.status_code, exchange.echoed, request_id)
         if error is None:
             try:
-                if self.labels is not None:
-                    answer = msgpack.unpackb(response.content, raw=False, strict_map_key=False)
-                    error = validate_extract(answer.get("items"), len(texts))
-                else:
-                    error = validate_dense(decode_encode_response(response.content, len(texts)), len(texts), self.dims)
+                error = self._check_body(response.content, len(texts))
             except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
                 error = f"malformed response: {type(exc).__name__}: {exc}"
         return Outcome(error is None, response.status_code, error, exchange.issued)
@@ -261,12 +269,11 @@ def make_transport(
     *,
     max_connections: int = 64,
     timeout: float = 120.0,
-    labels: list[str] | None = None,
+    spec: RequestSpec = ENCODE_DENSE,
 ) -> Transport:
-    """Encode requests, or extract requests with ``labels``."""
     if kind == "sdk":
-        return SdkTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, labels=labels)
-    return HttpxTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, labels=labels)
+        return SdkTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec)
+    return HttpxTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec)
 
 
 def fetch_dims(base_url: str, model: str, timeout: float = 10.0) -> int | None:

@@ -35,6 +35,7 @@ from sift_server.bench.client import ClientKind, fetch_dims, make_transport
 from sift_server.bench.join import JoinResult, burst_pattern, join_requests
 from sift_server.bench.ordering import trial_orders
 from sift_server.bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
+from sift_server.bench.request import RequestSpec
 from sift_server.bench.server_proc import ServerProcess, ServerSpec, ServerStartError
 from sift_server.bench.targets import evaluate
 from sift_server.bench.workload import Workload, texts_for
@@ -62,8 +63,8 @@ class BenchConfig:
     ready_timeout_s: float = 300.0
     items_per_request: int = 1
     workload: Workload = "short"
-    # Extract requests with these labels instead of encode requests.
-    labels: list[str] | None = None
+    # What each request asks for (encode dense by default).
+    request: RequestSpec = field(default_factory=RequestSpec)
     plots: bool = True
     progress: bool | None = None  # None: progress bars on a terminal only
     command_line: list[str] | None = None
@@ -242,16 +243,17 @@ def run_one(
         server.start()
         run["server"] = {"port": server.port, "startup_s": server.startup_s, "command": server.command}
         progress.log(f"trial {trial + 1} · {arm.name}: server ready in {server.startup_s:.1f} s")
-        dims = fetch_dims(server.url, config.model) if config.labels is None else None
+        dense = config.request.primitive == "encode" and config.request.output_type == "dense"
+        dims = fetch_dims(server.url, config.model) if dense else None
         run["dims"] = dims
-        if dims is None and config.labels is None:
+        if dims is None and dense:
             problems.append("the server did not report the model's dense dims")
 
         async def drive() -> None:
             transport = make_transport(
                 config.client, server.url, config.model, dims,
                 max_connections=max((*config.plan.burst_sizes, *config.plan.concurrencies, 1)) * 2,
-                labels=config.labels,
+                spec=config.request,
             )  # fmt: skip
             ctx = PhaseContext(
                 transport, texts, tag, items_per_request=config.items_per_request, progress=progress.tick
@@ -427,7 +429,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                     config.model, config.catalogs, sizes,
                     cpus=config.server_cpus, torch_threads=config.torch_threads,
                     min_time_s=config.ceiling_min_time_s, seed=config.seed, log_path=out / "logs" / "ceiling.log",
-                    workload=config.workload, labels=config.labels,
+                    workload=config.workload, request=config.request,
                 )  # fmt: skip
             except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                 results["warnings"].append(f"ceiling not measured: {exc}")

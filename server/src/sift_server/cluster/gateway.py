@@ -26,15 +26,18 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoKeysError
 from nats.js.kv import KeyValue
 from prometheus_client import Counter
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from sift_server import __version__
 from sift_server.api import health, models
+from sift_server.api.app import _http_exception
 from sift_server.api.body import read_body
 from sift_server.api.errors import native_error, openai_error
 from sift_server.api.middleware import SiftMiddleware
 from sift_server.api.native import request_id_of
-from sift_server.api.openai import EmbeddingsBody
+from sift_server.api.openai import _OPENAPI_BODY
+from sift_server.api.openai import _parse as parse_embeddings
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import FORWARDED_HEADERS, WorkReply, WorkRequest, pack_request, unpack_reply
 from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
@@ -211,7 +214,7 @@ async def _native(request: Request, model: str, endpoint: str) -> Response:
     gateway: Gateway = request.app.state.gateway
     name, _ = split_profile(model)
     try:
-        body = await read_body(request, state.settings.max_body_bytes)
+        body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
         # The same decoding as sift serve: a malformed body never reaches the queue.
         decode_body(body, request_format(request.headers.get("content-type")), _SCHEMAS[endpoint])
         state.registry.record(name)
@@ -239,19 +242,24 @@ async def extract_route(request: Request, model: str) -> Response:
     return await _native(request, model, "extract")
 
 
-@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings")
-async def embeddings(request: Request, body: EmbeddingsBody) -> Response:
+@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings", openapi_extra=_OPENAPI_BODY)
+async def embeddings(request: Request) -> Response:
     started = time.perf_counter()
     state: ServerState = request.app.state.sift
     gateway: Gateway = request.app.state.gateway
+    model = ""
     try:
-        state.registry.record(body.model)
-        work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), await request.body())
-        reply = await gateway.call(body.model, work)
+        raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
+        # The same parsing as sift serve's route: a malformed body never reaches the queue.
+        body = await parse_embeddings(raw, request.headers.get("content-type"))
+        model = body.model
+        state.registry.record(model)
+        work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), raw)
+        reply = await gateway.call(model, work)
     except SiftError as error:
-        state.metrics.count(body.model, "embeddings", error.status)
+        state.metrics.count(model, "embeddings", error.status)
         return openai_error(error)
-    state.metrics.count(body.model, "embeddings", reply.status, time.perf_counter() - started)
+    state.metrics.count(model, "embeddings", reply.status, time.perf_counter() - started)
     return _relay(reply)
 
 
@@ -277,6 +285,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
     )
     app.state.sift = state
     app.state.gateway = gateway
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
     for module_router in (router, models.router, health.router):
         app.include_router(module_router)
     app.add_middleware(SiftMiddleware, state=state)

@@ -127,6 +127,11 @@ class ModelWorker:
         return self.scheduler.forwards_run
 
     @property
+    def has_work(self) -> bool:
+        """A forward running, requests queued, or requests being read."""
+        return not self.scheduler.idle or self.scheduler.ingress_pending > 0
+
+    @property
     def queued_items(self) -> int:
         return self.scheduler.queued_items
 

@@ -11,6 +11,15 @@ ADAPTERS: dict[str, str] = {
     "cross-encoder": "sift_server.adapters.cross_encoder:CrossEncoderAdapter",
     "gliner": "sift_server.adapters.gliner_extractor:GlinerAdapter",
     "gliclass": "sift_server.adapters.gliclass_classifier:GliClassAdapter",
+    "sparse-encoder": "sift_server.adapters.sparse_encoder:SparseEncoderAdapter",
+    "colbert": "sift_server.adapters.colbert:ColbertAdapter",
+}
+
+# What ``encode`` returns per adapter, known before a model loads (``/v1/models``).
+ENCODE_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "sentence-embedder": ("dense",),
+    "sparse-encoder": ("sparse",),
+    "colbert": ("multivector",),
 }
 
 

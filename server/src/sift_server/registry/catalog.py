@@ -45,6 +45,22 @@ class Source(BaseModel):
         return self
 
 
+class LoraSource(BaseModel):
+    """One LoRA adapter of a model: a local folder (relative to the catalog file) or a hub id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path | None = None
+    hf: str | None = None
+    revision: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> LoraSource:
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("give exactly one of path or hf")
+        return self
+
+
 class Batching(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -63,6 +79,10 @@ class ModelSpec(BaseModel):
     max_sequence_length: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
     batching: Batching = Field(default_factory=Batching)
+    # LoRA adapters served on top of this model, by the name requests use (options.lora).
+    loras: dict[str, LoraSource] = Field(default_factory=dict)
+    # At most this many LoRAs stay loaded; the least recently used one is dropped.
+    max_loaded_loras: int = Field(default=4, ge=1)
     description: str = ""
     file: Path | None = None
 

@@ -23,8 +23,16 @@ from sift_server.registry import calibrate as calibration
 from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
+from sift_server.registry.loras import LoraSet
 
 log = logging.getLogger(__name__)
+
+# A model used (or loaded) this recently counts as serving and is not evicted
+# for another: its clients may be waiting out a Retry-After before they return.
+RECENT_USE_S = 2.0 * (ModelLoading.retry_after or 5)
+
+# Longer names are no model's: they get a short 404 without a suggestion.
+_MAX_NAME_CHARS = 256
 
 State = Literal["available", "loading", "loaded", "failed"]
 WorkerFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelWorker]
@@ -54,10 +62,13 @@ class ModelRecord:
     adapter: Adapter | None = None
     worker: ModelWorker | None = None
     memory_bytes: int = 0
+    # Measured size of the last load (kept across evictions, to plan a reload).
+    known_bytes: int = 0
     last_used: float = 0.0
     load_seconds: float | None = None
     last_error: LoadError | None = None
     curve: Curve | None = None
+    loras: LoraSet | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -85,8 +96,10 @@ class Registry:
         loader: AdapterLoader = load_adapter,
         clock: Callable[[], float] = time.monotonic,
         calibrate: bool = False,
+        recent_use_s: float = RECENT_USE_S,
     ) -> None:
         self.calibrate = calibrate
+        self.recent_use_s = recent_use_s
         self.catalog = catalog
         self._worker_factory = worker_factory
         self._loader = loader
@@ -100,6 +113,10 @@ class Registry:
     def record(self, name: str) -> ModelRecord:
         record = self.records.get(name)
         if record is None:
+            if len(name) > _MAX_NAME_CHARS:
+                # No model has such a name: neither fuzzy-match it (difflib is
+                # quadratic, seconds for megabytes) nor echo it whole.
+                raise ModelNotFound(f"Model '{name[:_MAX_NAME_CHARS]}...' ({len(name)} characters) not found.")
             # Compared case-insensitively: a wrong case is the commonest slip.
             by_lower = {known.lower(): known for known in self.records}
             hint = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
@@ -121,6 +138,15 @@ class Registry:
                 attempts=err.attempts,
                 permanent=err.permanent,
             )
+        if record.load_task is None or record.load_task.done():
+            busy = self._room_blockers(self._expected_bytes(record), keep=name)
+            if busy:
+                # Never evict a model that is serving for one that is loading: the
+                # client comes back after Retry-After, when the others may be idle.
+                raise ModelLoading(
+                    f"Model '{name}' is waiting for memory: the budget is held by busy model(s) "
+                    f"{', '.join(busy)}; retry shortly."
+                )
         self.start_loading(name)
         raise ModelLoading(f"Model '{name}' is loading; retry shortly.")
 
@@ -138,14 +164,23 @@ class Registry:
         if record.state != "loaded":
             await self.start_loading(name)
         if record.state != "loaded":
-            assert record.last_error is not None
+            if record.last_error is None:
+                # Not attempted: the budget is held by models that may not be evicted.
+                raise ModelLoadFailed(f"Model '{name}' does not fit the memory budget next to the busy models.")
             raise ModelLoadFailed(f"Model '{name}' failed to load: {record.last_error.message}")
         return record
 
     async def _load(self, record: ModelRecord) -> None:
         spec = record.spec
         started = time.perf_counter()
-        await self._make_room(estimate_bytes(spec), keep=spec.name)
+        expected = self._expected_bytes(record)
+        busy = self._room_blockers(expected, keep=spec.name)
+        if busy:
+            # They turned busy since the request that started this load.
+            record.state = "available"
+            log.info("model %s not loaded: the memory budget is held by busy model(s) %s", spec.name, busy)
+            return
+        await self._make_room(expected, keep=spec.name)
         try:
             adapter = await asyncio.to_thread(self._loader, spec)
         except Exception as exc:
@@ -158,7 +193,8 @@ class Registry:
             log.error("loading model %s failed: %s", spec.name, exc)
             return
         record.adapter = adapter
-        record.memory_bytes = adapter.memory_bytes()
+        record.loras = LoraSet(spec, adapter, self._clock)
+        record.memory_bytes = record.known_bytes = adapter.memory_bytes()
         if self.calibrate:
             record.curve = await asyncio.to_thread(calibration.measure, adapter)
         record.worker = self._worker_factory(spec, adapter, record.curve)
@@ -186,11 +222,53 @@ class Registry:
     def loaded_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
 
+    def is_busy(self, record: ModelRecord) -> bool:
+        """Serving: a forward running, requests queued or being read, or a use
+        within ``recent_use_s`` (its clients may be between retries)."""
+        worker = record.worker
+        if worker is None:
+            return False
+        if worker.has_work:
+            return True
+        return self._clock() - record.last_used < self.recent_use_s
+
+    def _expected_bytes(self, record: ModelRecord) -> int:
+        return max(estimate_bytes(record.spec), record.known_bytes)
+
+    def _loading_bytes(self, keep: str) -> int:
+        """What the other loads in progress will take."""
+        return sum(
+            self._expected_bytes(r) for r in self.records.values() if r.state == "loading" and r.spec.name != keep
+        )
+
+    def _evictable(self, keep: str) -> list[ModelRecord]:
+        return [
+            r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep and not self.is_busy(r)
+        ]
+
+    def _room_blockers(self, incoming: int, *, keep: str) -> list[str]:
+        """Busy models that keep ``incoming`` bytes from fitting even after every
+        idle model is evicted (empty when it fits)."""
+        needed = self.loaded_bytes() + self._loading_bytes(keep) + incoming - self.memory_budget_bytes
+        if needed <= 0 or sum(r.memory_bytes for r in self._evictable(keep)) >= needed:
+            return []
+        return sorted(
+            r.spec.name
+            for r in self.records.values()
+            if r.spec.name != keep and (r.state == "loading" or (r.state == "loaded" and self.is_busy(r)))
+        )
+
     async def _make_room(self, incoming: int, *, keep: str) -> None:
-        """Evict least recently used models until ``incoming`` fits the budget."""
+        """Evict idle models, least recently used first, until ``incoming`` fits
+        the budget. Busy models are never evicted: a model whose size was unknown
+        before its first load may leave the budget exceeded until they are idle."""
         while self.loaded_bytes() + incoming > self.memory_budget_bytes:
-            victims = [r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep]
+            victims = self._evictable(keep)
             if not victims:
+                log.warning(
+                    "memory budget exceeded (%.0f MiB loaded + %.0f MiB incoming > %.0f MiB): the others are busy",
+                    self.loaded_bytes() / 2**20, incoming / 2**20, self.memory_budget_bytes / 2**20,
+                )
                 return
             await self.evict(min(victims, key=lambda r: r.last_used).spec.name)
 
@@ -198,6 +276,7 @@ class Registry:
         record = self.record(name)
         worker, adapter = record.worker, record.adapter
         record.state, record.worker, record.adapter, record.memory_bytes = "available", None, None, 0
+        record.loras = None
         self.evictions += 1
         if worker is not None:
             # Queued requests are told to come back; the model reloads on demand.
@@ -206,7 +285,12 @@ class Registry:
             await worker.forward_finished()
         if adapter is not None:
             adapter.close()
+        del worker, adapter
+        # Loads freeze the heap (gc.freeze), which hides the evicted model's
+        # reference cycles from the collector for good: thaw, collect, refreeze.
+        gc.unfreeze()
         gc.collect()
+        gc.freeze()
         log.info("evicted model %s", name)
 
     async def close(self, grace_s: float) -> None:

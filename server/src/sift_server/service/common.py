@@ -10,7 +10,7 @@ import msgspec
 
 from sift_server.adapters.base import OverflowPolicy, Task
 from sift_server.engine.worker import ModelWorker
-from sift_server.errors import InvalidInput
+from sift_server.errors import InputTooLong, InvalidInput
 from sift_server.registry.registry import ModelRecord, Registry
 from sift_server.wire.schemas import Item
 
@@ -20,6 +20,13 @@ OVERFLOW_POLICIES: dict[str, OverflowPolicy] = {
     "truncate_text": "truncate",
     "error": "error",
 }
+
+
+# A model reading N tokens never needs more than N * this many characters of a
+# text (a word-piece token is a few characters; this is generous, so that cutting
+# here never changes what a truncating model sees in practice). Texts are cut to
+# it before tokenizing, so a megabyte of text costs no more than what is read.
+CHARS_PER_TOKEN_BOUND = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +59,15 @@ def overflow_policy(options: Mapping[str, Any]) -> OverflowPolicy:
     return OVERFLOW_POLICIES[value]
 
 
-def lane_of(options: Mapping[str, Any], record: ModelRecord) -> str | None:
+async def lane_of(options: Mapping[str, Any], record: ModelRecord, *, wait: bool = False) -> str | None:
+    """The engine lane of the request: the base model's, or its LoRA's (``options.lora``
+    or ``options.lora_id``), loaded; see registry/loras.py."""
     lora = options.get("lora", options.get("lora_id"))
     if lora is None:
         return None
-    raise InvalidInput(f"Model '{record.spec.name}' does not support LoRA adapters.")
+    if record.loras is None:
+        raise InvalidInput(f"Model '{record.spec.name}' does not support LoRA adapters.")
+    return await record.loras.lane(lora, wait=wait)
 
 
 class Target(NamedTuple):
@@ -89,7 +100,11 @@ def require_task(record: ModelRecord, task: Task) -> None:
         )
 
 
-def item_texts(items: Sequence[Item] | None, limits: Limits, *, field: str = "items") -> list[str]:
+def item_texts(
+    items: Sequence[Item] | None, limits: Limits, *, field: str = "items", shared_bytes: int = 0
+) -> list[str]:
+    """The items' texts, checked against the per-item limit; ``shared_bytes`` is what
+    the model reads with every item (instruction, query, labels) and counts too."""
     if items is None:
         raise InvalidInput(f"Field '{field}' is required.")
     if not items:
@@ -99,22 +114,62 @@ def item_texts(items: Sequence[Item] | None, limits: Limits, *, field: str = "it
             f"The request has {len(items)} items; this server accepts at most {limits.max_items} per request. "
             f"Split the request into batches of {limits.max_items} or fewer."
         )
-    return [item_text(item, index, limits, field=field) for index, item in enumerate(items)]
+    return [item_text(item, index, limits, field=field, shared_bytes=shared_bytes) for index, item in enumerate(items)]
 
 
-def item_text(item: Item, index: int, limits: Limits, *, field: str = "items") -> str:
+def text_bytes(value: str, where: str) -> int:
+    """UTF-8 size of a text; a lone surrogate (not encodable) is invalid input."""
+    if value.isascii():
+        return len(value)
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{where}: the text contains a lone surrogate (invalid Unicode).") from None
+
+
+def item_text(item: Item, index: int, limits: Limits, *, field: str = "items", shared_bytes: int = 0) -> str:
     if item.text is None:
         if item.images or item.audio or item.video or item.document:
             raise InvalidInput(f"{field}[{index}]: this model accepts text only.")
         raise InvalidInput(f"{field}[{index}]: field 'text' is required.")
-    size = len(item.text.encode("utf-8"))
+    size = text_bytes(item.text, f"{field}[{index}]")
     if item.metadata:
         size += len(msgspec.json.encode(item.metadata))
-    if size > limits.max_item_bytes:
+    if size + shared_bytes > limits.max_item_bytes:
+        shared = f" plus {shared_bytes} bytes of instruction/query/labels read with it" if shared_bytes else ""
         raise InvalidInput(
-            f"{field}[{index}]: text and metadata are {size} bytes; the limit is {limits.max_item_bytes} bytes (UTF-8)."
+            f"{field}[{index}]: text and metadata are {size} bytes{shared}; "
+            f"the limit is {limits.max_item_bytes} bytes (UTF-8)."
         )
     return item.text
+
+
+def shared_bytes(*values: str | None) -> int:
+    """Bytes of the strings read with every item (instruction, query, labels)."""
+    return sum(text_bytes(value, "instruction/labels") for value in values if value)
+
+
+def char_cap(record: ModelRecord) -> int:
+    """The most characters of one text that the record's model can read."""
+    assert record.adapter is not None
+    return max(1, record.adapter.info.max_sequence_length) * CHARS_PER_TOKEN_BOUND
+
+
+def cap_text(text: str, cap: int, policy: OverflowPolicy, where: str) -> str:
+    """Cut a text to ``cap`` characters before tokenizing. Under ``overflow_policy:
+    error`` a text that long is over the model's limit whatever its tokens: 400."""
+    if len(text) <= cap:
+        return text
+    if policy == "error":
+        raise InputTooLong(
+            f"{where} has {len(text)} characters, far more than the model reads "
+            f"(at most {cap // CHARS_PER_TOKEN_BOUND} tokens); use overflow_policy 'truncate' to cut it."
+        )
+    return text[:cap]
+
+
+def cap_texts(texts: Sequence[str], cap: int, policy: OverflowPolicy, field: str = "items") -> list[str]:
+    return [cap_text(text, cap, policy, f"{field}[{index}]") for index, text in enumerate(texts)]
 
 
 def string_option(options: Mapping[str, Any], key: str) -> str | None:

@@ -1,9 +1,14 @@
-"""The encode primitive: dense embeddings with output dtypes."""
+"""The encode primitive: dense, sparse and multivector embeddings with output dtypes.
+
+An adapter's per-item output is a dense vector (ndarray) or a mapping of output
+name to value: ``dense`` (ndarray), ``sparse`` (indices and values) or
+``multivector`` (a 2-D ndarray, one row per token). Only the requested outputs
+reach the answer (API.md §2.2)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,14 +19,18 @@ from sift_server.errors import InvalidInput
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
+    cap_text,
+    cap_texts,
+    char_cap,
     check_profile,
     item_texts,
     lane_of,
     overflow_policy,
     ready_for,
+    shared_bytes,
     string_option,
 )
-from sift_server.service.quantize import OUTPUT_DTYPES, quantize
+from sift_server.service.quantize import OUTPUT_DTYPES, quantize, quantize_rows
 from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import EncodeBody
@@ -40,7 +49,9 @@ class EncodeOutcome(Outcome):
 def _output_types(params_types: Sequence[str] | None, options: dict[str, Any], supported: Sequence[str]) -> list[str]:
     requested = options.get("output_types", params_types)
     if requested is None:
-        return ["dense"]
+        # The contract's default, also for models without dense (a 400 below): the
+        # OpenAI route relies on it, and clients of sparse models name the output.
+        requested = ["dense"]
     if not isinstance(requested, list) or not requested:
         raise InvalidInput("Field 'output_types' must be a non-empty list.")
     for kind in requested:
@@ -62,37 +73,42 @@ async def encode(
     registry: Registry, model: str, body: EncodeBody, limits: Limits, ctx: RequestContext
 ) -> EncodeOutcome:
     _, path_profile, record, worker = ready_for(registry, model, "encode")
-    texts = item_texts(body.items, limits)
     params = body.params
     options = dict(params.options or {}) if params else {}
+    instruction = (params.instruction if params else None) or string_option(options, "instruction")
+    texts = item_texts(body.items, limits, shared_bytes=shared_bytes(instruction))
     check_profile(options, path_profile)
     # Read what the response needs now: the model may be evicted while the request waits.
     adapter = record.adapter
     assert adapter is not None
     output_types = _output_types(params.output_types if params else None, options, adapter.info.outputs)
     dtype = _output_dtype(params.output_dtype if params else None, options)
-    instruction = (params.instruction if params else None) or string_option(options, "instruction")
+    overflow = overflow_policy(options)
+    cap = char_cap(record)
     task = EncodeTask(
-        texts=texts,
+        texts=cap_texts(texts, cap, overflow),
         is_query=bool(options.get("is_query", False)),
-        instruction=instruction,
-        overflow=overflow_policy(options),
+        instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
+        overflow=overflow,
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
+    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record))
 
     post_start = time.perf_counter()
-    dims = adapter.info.dims.get("dense", 0)
+    dims = adapter.info.dims
     items_out: list[dict[str, Any]] = []
+    dense_vectors: list[np.ndarray] = []
     assert body.items is not None
-    for item, vector in zip(body.items, outputs, strict=True):
-        values, label = quantize(vector, dtype)
+    for item, output in zip(body.items, outputs, strict=True):
+        produced = {"dense": output} if isinstance(output, np.ndarray) else output
         entry: dict[str, Any] = {}
         if item.id is not None:
             entry["id"] = item.id
-        if "dense" in output_types:
-            entry["dense"] = {"dims": dims, "dtype": label, "values": values}
+        for kind in output_types:
+            entry[kind] = _shape_output(kind, produced[kind], dtype, dims)
+        if "dense" in produced:
+            dense_vectors.append(produced["dense"])
         items_out.append(entry)
     timing.finish(post_start)
     payload = {
@@ -101,4 +117,21 @@ async def encode(
         "timing": timing.body(),
         "usage": {"input_tokens": prepared.input_tokens},
     }
-    return EncodeOutcome(payload, timing, outputs, prepared.input_tokens)
+    return EncodeOutcome(payload, timing, dense_vectors, prepared.input_tokens)
+
+
+def _shape_output(kind: str, value: Any, dtype: str, dims: Mapping[str, int]) -> dict[str, Any]:
+    if kind == "dense":
+        values, label = quantize(value, dtype)
+        return {"dims": dims.get("dense", len(value)), "dtype": label, "values": values}
+    if kind == "sparse":
+        # Sparse is never quantized: float16 when asked, float32 otherwise.
+        half = dtype == "float16"
+        return {
+            "dims": dims.get("sparse"),
+            "dtype": "float16" if half else "float32",
+            "indices": value.indices.astype(np.int32, copy=False),
+            "values": value.values.astype(np.float16 if half else np.float32, copy=False),
+        }
+    values, label = quantize_rows(value, dtype)
+    return {"token_dims": int(value.shape[1]), "num_tokens": int(value.shape[0]), "dtype": label, "values": values}

@@ -25,3 +25,14 @@ def quantize(vector: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
         # One bit per dimension, set when > 0, MSB first (numpy packbits).
         return np.packbits(vector > 0), "binary"
     raise ValueError(dtype)
+
+
+def quantize_rows(matrix: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+    """A 2-D array (one vector per token) row by row; binary packs the last axis."""
+    if dtype in ("float32", "float16"):
+        return quantize(matrix, dtype)
+    rows = [quantize(row, dtype) for row in matrix]
+    label = rows[0][1] if rows else ("binary" if dtype == "ubinary" else dtype)
+    width = rows[0][0].shape[0] if rows else 0
+    out = np.stack([r for r, _ in rows]) if rows else np.zeros((0, width), dtype=np.uint8)
+    return out, label

