@@ -18,6 +18,7 @@ passed is not run.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -68,9 +69,7 @@ class WorkerOptions:
     heartbeat_s: float = 2.0
     heartbeat_ttl_s: float = 6.0
     # A standing pull request expires after this and is renewed.
-    # Short: with three or more workers a message was seen waiting in the stream until
-    # a standing request was renewed (docs/benchmarks/scaleout.md); this bounds that wait.
-    pull_expires_s: float = 1.0
+    pull_expires_s: float = 5.0
     worker_id: str = ""
 
 
@@ -148,9 +147,9 @@ class ModelPuller:
         self.inflight: dict[int, Msg] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._ids = 0
-        self._credits = 0
-        self._request_done = asyncio.Event()
-        self._slot_free = asyncio.Event()
+        # Issue times of this puller's pull requests still standing (one message each).
+        self._outstanding: collections.deque[float] = collections.deque()
+        self._wanted = asyncio.Event()
         self._inbox = ""
         self._loop_task: asyncio.Task[None] | None = None
         self._progress_task: asyncio.Task[None] | None = None
@@ -171,39 +170,48 @@ class ModelPuller:
             self._progress_task = asyncio.ensure_future(self._progress_loop())
 
     async def _pull_loop(self) -> None:
-        """Keep one pull request standing for the free slots."""
+        """Keep one single-message pull request standing per free slot. The
+        server hands each message to a waiting request at once; a worker asks
+        again as soon as a slot frees, so work goes to workers with room (one
+        large request per worker was seen to starve behind others' requests)."""
         nc = self.owner.nc
         assert nc is not None
         options = self.owner.options
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{self.durable}"
+        request = json.dumps({"batch": 1, "expires": int(options.pull_expires_s * 1e9)}).encode()
         while not self.stopping:
-            free = options.max_inflight - len(self.inflight)
-            if free <= 0:
-                self._slot_free.clear()
-                await self._slot_free.wait()
+            # Requests the server answered neither with a message nor a status are gone by now.
+            horizon = time.monotonic() - options.pull_expires_s - 1.0
+            while self._outstanding and self._outstanding[0] < horizon:
+                self._outstanding.popleft()
+            want = options.max_inflight - len(self.inflight) - len(self._outstanding)
+            if want <= 0:
+                self._wanted.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wanted.wait(), options.pull_expires_s)
                 continue
-            self._credits = free
-            self._request_done.clear()
-            request = {"batch": free, "expires": int(options.pull_expires_s * 1e9)}
             try:
-                await nc.publish(subject, json.dumps(request).encode(), reply=self._inbox)
+                for _ in range(want):
+                    self._outstanding.append(time.monotonic())
+                    await nc.publish(subject, request, reply=self._inbox)
             except Exception as exc:
                 log.warning("pull request failed: %r", exc)
                 await asyncio.sleep(0.5)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._request_done.wait(), options.pull_expires_s + 1.0)
+
+    def _answered(self) -> None:
+        """One pull request ended (a message, or expired / no messages)."""
+        if self._outstanding:
+            self._outstanding.popleft()
 
     async def _on_message(self, msg: Msg) -> None:
         status = msg.headers.get("Status") if msg.headers else None
         if status is not None and not msg.data:
             if status in _NO_MESSAGES:
-                self._request_done.set()
+                self._answered()
+                self._wanted.set()
             return  # 100: idle heartbeat
         arrived = time.perf_counter()
-        self._credits -= 1
-        if self._credits <= 0:
-            self._request_done.set()
+        self._answered()
         if self.stopping:
             # Draining: hand it straight back to the other workers.
             await msg.nak()
@@ -251,7 +259,7 @@ class ModelPuller:
                 ticket.end()
         finally:
             self.inflight.pop(key, None)
-            self._slot_free.set()
+            self._wanted.set()
 
     async def _progress_loop(self) -> None:
         interval = self.owner.options.progress_interval_s
@@ -264,8 +272,7 @@ class ModelPuller:
     async def drain(self, grace_s: float) -> None:
         """Take no new messages; finish (reply, ack) those held, within the grace period."""
         self.stopping = True
-        self._slot_free.set()
-        self._request_done.set()
+        self._wanted.set()
         if self._loop_task is not None:
             self._loop_task.cancel()
         if self.tasks:
