@@ -5,9 +5,9 @@ services, error envelopes) and the same batching engine as an HTTP request.
 Arrival signals come from the stream: a message opens its model's ingress
 ticket the moment it is delivered, before it is decoded, and admission ends
 it, so a lone message dispatches at once and a burst delivered together is
-admitted together and fuses. Messages arrive on a standing pull request for
-as many messages as the worker has free slots, so the server pushes each one
-as soon as it is published (no polling, no waiting for a full batch).
+admitted together and fuses. The worker keeps one single-message pull request
+standing per free slot, so the server pushes each message as soon as it is
+published (no polling, no waiting for a full batch) to a worker with room.
 
 Reply first, then acknowledge. A message not acknowledged (the worker died)
 is redelivered after the consumer's ack wait; while a message runs, the
