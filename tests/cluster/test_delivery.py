@@ -17,6 +17,7 @@ from tests.cluster.conftest import LAUNCHER, add_worker, metric, post, start_clu
 from tests.cluster.sleeper import write_sleeper_entry
 
 SLOW = "test/slow"
+SLOWER = "test/slower"
 
 
 class Paths:
@@ -30,6 +31,7 @@ class Paths:
 def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     paths = Paths(tmp_path_factory.mktemp("delivery"))
     write_sleeper_entry(paths.catalog, SLOW, 1500, marker_dir=paths.markers)
+    write_sleeper_entry(paths.catalog, SLOWER, 4000, marker_dir=paths.markers)
     return paths
 
 
@@ -99,7 +101,8 @@ def test_worker_killed_mid_forward_is_redelivered_and_answered_once(cluster: Loc
 
 
 def test_request_past_its_deadline_is_not_run(cluster: LocalCluster, paths: Paths) -> None:
-    # A second gateway whose requests live 1 s; one worker taking one message at a time.
+    # A second gateway whose requests live 2 s; one worker taking one message at a
+    # time, whose forward takes 4 s: the second request waits past its deadline.
     port = free_port()
     gateway = spawn(
         "gateway-short",
@@ -115,28 +118,43 @@ def test_request_past_its_deadline_is_not_run(cluster: LocalCluster, paths: Path
             "--model",
             SLOW,
             "--request-timeout-s",
-            "1",
+            "2",
         ],
         cluster.folder / "gateway-short.log",
     )
-    worker = add_worker(cluster, "d-a", worker_args(paths, "--max-inflight", "1"))
+    args = [
+        "--catalog",
+        str(paths.catalog),
+        "--model",
+        SLOWER,
+        "--no-calibrate",
+        "--ack-wait-s",
+        "3",
+        "--progress-interval-s",
+        "1",
+        "--max-inflight",
+        "1",
+    ]
+    worker = add_worker(cluster, "d-a", args)
     try:
         wait_port(port, gateway, 120)
-        wait_workers(cluster, SLOW, {"d-a"})
+        wait_workers(cluster, SLOWER, {"d-a"})
         url = f"http://127.0.0.1:{port}"
         before = markers(paths)
         results: list[httpx.Response] = []
-        first = request_in_background(url, results, "first")
+        first = threading.Thread(target=lambda: results.append(post(url, SLOWER, ["first"])), daemon=True)
+        first.start()
         wait_for(lambda: len(markers(paths)) > len(before), "the first forward", 60)
-        second = request_in_background(url, results, "second")
+        second = threading.Thread(target=lambda: results.append(post(url, SLOWER, ["second"])), daemon=True)
+        second.start()
         first.join(60)
         second.join(60)
-        # Both timed out at the gateway (the forward takes 1.5 s)...
+        # Both timed out at the gateway (the forward takes 4 s)...
         assert sorted(r.status_code for r in results) == [503, 503]
         assert all(r.headers["retry-after"] for r in results)
         # ...and the second, delivered after its deadline, never ran. The worker is still
         # serving: a request through the patient gateway is answered.
-        assert post(cluster.url, SLOW, ["after"]).status_code == 200
+        assert post(cluster.url, SLOWER, ["after"]).status_code == 200
         assert len(markers(paths)) == len(before) + 2  # the first and "after", not "second"
     finally:
         gateway.stop()
