@@ -14,6 +14,12 @@ from sift_server.engine.policy import POLICIES
 
 def _add_serve(subparsers: Any) -> None:
     p = subparsers.add_parser("serve", help="Serve models over HTTP (the default model loads before ready).")
+    add_serve_arguments(p)
+    p.set_defaults(handler=_serve)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``sift serve`` (``sift gateway`` and ``sift worker`` reuse them)."""
     p.add_argument("--host", help="Bind address (default 127.0.0.1).")
     p.add_argument("--port", type=int, help="Port (default 8080).")
     p.add_argument("--model", dest="default_model", help="Default model, loaded before /readyz turns ready.")
@@ -50,7 +56,6 @@ def _add_serve(subparsers: Any) -> None:
         "--body-timeout-s", type=float, help="408 and close when a request body takes longer than this (default 60)."
     )
     p.add_argument("--log-level", help="debug, info, warning, error.")
-    p.set_defaults(handler=_serve)
 
 
 def _backend_arg(text: str) -> str:
@@ -65,27 +70,35 @@ def _backend_arg(text: str) -> str:
     return text
 
 
-def _serve(args: argparse.Namespace) -> int:
+def settings_from_args(args: argparse.Namespace, skip: Sequence[str] = ()) -> Any:
+    """Settings from the serve flags that were given (None: invalid, reported).
+    ``--backend`` goes to the environment as SIFT_BACKEND, where the model loader reads it."""
     import os
 
     from pydantic import ValidationError
 
     from sift_server.config import Settings
-    from sift_server.registry.catalog import CatalogError
-    from sift_server.server import serve
 
     overrides = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("handler", "command", "backend") and value is not None
+        if key not in ("handler", "command", "backend", *skip) and value is not None
     }
-    if args.backend:
-        # Read by the model loader (registry/loader.py) for every catalog entry.
+    if getattr(args, "backend", None):
         os.environ["SIFT_BACKEND"] = args.backend
     try:
-        settings = Settings(**overrides)
+        return Settings(**overrides)
     except ValidationError as exc:
         print(f"sift: invalid setting: {exc}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sift_server.registry.catalog import CatalogError
+    from sift_server.server import serve
+
+    settings = settings_from_args(args)
+    if settings is None:
         return 2
     try:
         serve(settings)
@@ -154,12 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     from sift_server.bench.cli import register as register_bench
     from sift_server.bench.overhead import register as register_overhead
     from sift_server.bench.primitives import register as register_primitives
+    from sift_server.cluster.cli import register as register_cluster
     from sift_server.simulator.cli import register as register_simulate
 
     register_bench(subparsers)
     register_overhead(subparsers)
     register_primitives(subparsers)
     register_simulate(subparsers)
+    register_cluster(subparsers)
     return parser
 
 

@@ -121,7 +121,8 @@ def _embedding(vector: np.ndarray, fmt: str | None) -> list[float] | str:
 async def embeddings(request: Request) -> Response:
     state: ServerState = request.app.state.sift
     started = time.perf_counter()
-    ingress: IngressTicket | None = None
+    # Opened already where the request arrived another way (a worker's queue message).
+    ingress: IngressTicket | None = request.scope.get("sift.ingress")
     model = ""
     try:
         raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
@@ -129,7 +130,7 @@ async def embeddings(request: Request) -> Response:
         model = body.model
         texts = _texts(body.input)
         record = state.registry.record(body.model)
-        if record.worker is not None:
+        if ingress is None and record.worker is not None:
             # The model is only known once the body is parsed: count the request
             # from here, so OpenAI traffic feeds the arrival model as well.
             ingress = record.worker.ingress.begin(started)

@@ -1,0 +1,367 @@
+#!/usr/bin/env python
+"""Measure the queue path (docs/benchmarks/scaleout.md). Reported, never asserted.
+
+Run from the repository root, each under the shared benchmark lock:
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sift_server.cluster.local import Proc, free_port, spawn, start_nats, wait_port
+from tests.cluster.conftest import live_workers
+from tests.cluster.sleeper import write_sleeper_entry
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
+os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())})
+
+
+def pinned(cpus: str | None, command: list[str]) -> list[str]:
+    return ["taskset", "-c", cpus, *command] if cpus else command
+
+
+def wait_ready(url: str, proc: Proc, model: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(proc.log())
+        try:
+            r = httpx.post(f"{url}/v1/encode/{model}", json={"items": [{"text": "warm"}]}, timeout=30)
+            if r.status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"not ready: {proc.log()[-2000:]}")
+
+
+class Setup:
+    """Either a direct sift serve or nats + gateway + workers."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.procs: list[Proc] = []
+        self.nats_url = ""
+        self.url = ""
+
+    def direct(self, args: list[str], cpus: str | None) -> None:
+        port = free_port()
+        proc = spawn("serve", pinned(cpus, [*LAUNCHER, "serve", "--port", str(port), *args]), self.folder / "serve.log")
+        self.procs.append(proc)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def cluster(
+        self,
+        workers: int,
+        worker_args: list[str],
+        gateway_args: list[str],
+        worker_cpus: str | None,
+        gateway_cpus: str | None,
+    ) -> None:
+        nats_proc, self.nats_url = start_nats(self.folder)
+        self.procs.append(nats_proc)
+        port = free_port()
+        gateway = spawn(
+            "gateway",
+            pinned(
+                gateway_cpus, [*LAUNCHER, "gateway", "--nats-url", self.nats_url, "--port", str(port), *gateway_args]
+            ),
+            self.folder / "gateway.log",
+        )
+        self.procs.append(gateway)
+        wait_port(port, gateway, 120)  # the gateway creates the stream with its storage
+        for i in range(workers):
+            self.add_worker(f"w{i}", worker_args, worker_cpus)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def add_worker(self, name: str, args: list[str], cpus: str | None) -> Proc:
+        proc = spawn(
+            name,
+            pinned(cpus, [*LAUNCHER, "worker", "--nats-url", self.nats_url, "--worker-id", name, *args]),
+            self.folder / f"{name}.log",
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop(timeout=30)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def sequential(url: str, model: str, n: int) -> list[float]:
+    out = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        for i in range(n):
+            t = time.perf_counter()
+            r = await client.post(
+                f"{url}/v1/encode/{model}",
+                json={"items": [{"text": f"a lone request {i}"}]},
+                headers={"Accept": "application/msgpack"},
+            )
+            out.append((time.perf_counter() - t) * 1000)
+            assert r.status_code == 200, r.text
+            await asyncio.sleep(0.05)
+    return out
+
+
+def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    base = ["--torch-threads", "1"]
+    for kind in ("direct", "gateway", "direct"):
+        folder = Path(tempfile.mkdtemp(prefix=f"sift-lat-{kind}-"))
+        setup = Setup(folder)
+        try:
+            if kind == "direct":
+                setup.direct(base, "0")
+                wait_ready(setup.url, setup.procs[0], DEFAULT_MODEL)
+            else:
+                setup.cluster(1, base, ["--stream-storage", args.storage], "0", "1")
+                wait_ready(setup.url, setup.procs[1], DEFAULT_MODEL)
+            os.sched_setaffinity(0, {1})
+            asyncio.run(sequential(setup.url, DEFAULT_MODEL, 20))
+            lat = asyncio.run(sequential(setup.url, DEFAULT_MODEL, args.n))
+            os.sched_setaffinity(0, {0, 1})
+            entry = {"p50_ms": round(statistics.median(lat), 3), "p90_ms": round(pct(lat, 0.9), 3), "n": len(lat)}
+            result.setdefault(kind, []).append(entry)
+            print(kind, entry, flush=True)
+        finally:
+            setup.stop()
+    return result
+
+
+async def bursts(url: str, model: str, size: int, count: int, gap: float, tag: str) -> None:
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+        for b in range(count):
+            await asyncio.sleep(gap)
+            rs = await asyncio.gather(
+                *(
+                    client.post(
+                        f"{url}/v1/encode/{model}",
+                        json={"items": [{"text": f"burst text {b} {i}"}]},
+                        headers={"X-Request-ID": f"{tag}-{size}-{b}-{i}", "Accept": "application/msgpack"},
+                    )
+                    for i in range(size)
+                )
+            )
+            assert all(r.status_code == 200 for r in rs), [r.status_code for r in rs]
+
+
+def forwards_per_burst(trace: Path, prefix: str) -> Counter[int]:
+    per: dict[str, set[int]] = {}
+    for line in trace.read_text().splitlines():
+        rec = json.loads(line)
+        for rid in rec["request_ids"]:
+            if rid.startswith(prefix):
+                per.setdefault(rid.rsplit("-", 1)[0], set()).add(rec["forward_id"])
+    return Counter(len(v) for v in per.values())
+
+
+def cmd_bursts(args: argparse.Namespace) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix="sift-bursts-"))
+    trace = folder / "trace.jsonl"
+    setup = Setup(folder)
+    result: dict[str, Any] = {}
+    try:
+        setup.cluster(
+            1, ["--torch-threads", "1", "--trace-file", str(trace)], ["--stream-storage", args.storage], "0", "1"
+        )
+        wait_ready(setup.url, setup.procs[1], DEFAULT_MODEL)
+        os.sched_setaffinity(0, {1})
+        for size in (8, 32):
+            asyncio.run(bursts(setup.url, DEFAULT_MODEL, size, args.n, 0.25, "burst"))
+            hist = forwards_per_burst(trace, f"burst-{size}-")
+            result[f"burst{size}"] = {
+                "one_forward": hist.get(1, 0),
+                "bursts": sum(hist.values()),
+                "forwards_histogram": dict(sorted(hist.items())),
+            }
+            print(size, result[f"burst{size}"], flush=True)
+    finally:
+        setup.stop()
+    return result
+
+
+async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_tick: Any = None) -> dict[str, Any]:
+    statuses: Counter[int] = Counter()
+    errors: Counter[str] = Counter()
+    latencies: list[float] = []
+    ids: Counter[str] = Counter()
+    served: Counter[str] = Counter()
+    slow: list[dict[str, Any]] = []
+    stop = time.monotonic() + seconds
+    n = 0
+
+    async def client_loop(k: int, client: httpx.AsyncClient) -> None:
+        nonlocal n
+        while time.monotonic() < stop:
+            n += 1
+            rid = f"c{k}-{n}"
+            t = time.perf_counter()
+            r = None
+            try:
+                r = await client.post(
+                    f"{url}/v1/encode/{model}",
+                    json={"items": [{"text": f"load {k} {n}"}]},
+                    headers={"X-Request-ID": rid, "Accept": "application/json"},
+                )
+                statuses[r.status_code] += 1
+                if r.status_code == 200:
+                    ids[r.headers.get("x-request-id", "")] += 1
+                    served[r.headers.get("x-sift-worker", "")] += 1
+                else:
+                    errors[r.headers.get("x-sie-error-code", str(r.status_code))] += 1
+            except httpx.HTTPError as exc:
+                errors[type(exc).__name__] += 1
+            latencies.append(time.perf_counter() - t)
+            if latencies[-1] > 1.0 and len(slow) < 5 and r is not None:
+                slow.append(
+                    {
+                        "latency_s": round(latencies[-1], 3),
+                        "worker": r.headers.get("x-sift-worker"),
+                        "worker_total_ms": r.headers.get("x-total-time"),
+                    }
+                )
+
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=inflight)) as client:
+        tasks = [asyncio.create_task(client_loop(k, client)) for k in range(inflight)]
+        if on_tick is not None:
+            await on_tick()
+        await asyncio.gather(*tasks)
+    return {
+        "statuses": dict(statuses),
+        "errors": dict(errors),
+        "requests": len(latencies),
+        "per_s": round(statuses.get(200, 0) / seconds, 1),
+        "max_latency_s": round(max(latencies), 3),
+        "p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "answered_twice": sum(1 for c in ids.values() if c > 1),
+        "served_by": dict(sorted(served.items())),
+        "slowest": slow,
+    }
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def sleeper_catalog(folder: Path, sleep_ms: float) -> Path:
+    catalog = folder / "catalog"
+    write_sleeper_entry(catalog, "test/sleeper", sleep_ms)
+    return catalog
+
+
+def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix="sift-kill-"))
+    catalog = sleeper_catalog(folder, args.sleep_ms)
+    setup = Setup(folder)
+    wargs = [
+        "--catalog",
+        str(catalog),
+        "--model",
+        "test/sleeper",
+        "--no-calibrate",
+        "--ack-wait-s",
+        "3",
+        "--progress-interval-s",
+        "1",
+    ]
+    try:
+        setup.cluster(
+            2,
+            wargs,
+            ["--catalog", str(catalog), "--model", "test/sleeper", "--stream-storage", args.storage],
+            None,
+            None,
+        )
+        wait_ready(setup.url, setup.procs[1], "test/sleeper")
+        while len(live_workers(setup.nats_url, "test/sleeper")) < 2:
+            time.sleep(0.2)
+        time.sleep(2)
+        victim = setup.procs[2]
+
+        async def kill_later() -> None:
+            await asyncio.sleep(args.seconds / 3)
+            os.kill(victim.process.pid, signal.SIGKILL)
+
+        out = asyncio.run(closed_loop(setup.url, "test/sleeper", 32, args.seconds, kill_later))
+        out["gateway_duplicate_replies_dropped"] = metric(setup.url, "sift_gateway_duplicate_replies_total")
+        print(out, flush=True)
+        return out
+    finally:
+        setup.stop()
+
+
+def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for workers in args.workers:
+        folder = Path(tempfile.mkdtemp(prefix=f"sift-scale{workers}-"))
+        catalog = sleeper_catalog(folder, args.sleep_ms)
+        setup = Setup(folder)
+        os.environ["SIFT_MAX_BATCH_REQUESTS"] = str(args.batch)
+        try:
+            setup.cluster(
+                workers,
+                ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate", *args.worker_arg],
+                ["--catalog", str(catalog), "--model", "test/sleeper", "--stream-storage", args.storage],
+                None,
+                None,
+            )
+            wait_ready(setup.url, setup.procs[1], "test/sleeper")
+            while len(live_workers(setup.nats_url, "test/sleeper")) < workers:
+                time.sleep(0.2)
+            time.sleep(2)  # let the workers' start-up CPU settle
+            out = asyncio.run(closed_loop(setup.url, "test/sleeper", args.inflight, args.seconds))
+            result[f"workers{workers}"] = out
+            print(workers, out, flush=True)
+        finally:
+            os.environ.pop("SIFT_MAX_BATCH_REQUESTS", None)
+            setup.stop()
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=("latency", "bursts", "kill", "scale"))
+    p.add_argument("--n", type=int, default=200, help="sequential requests / bursts of each size")
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--sleep-ms", type=float, default=50.0)
+    p.add_argument("--batch", type=int, default=4, help="max requests per forward (scale)")
+    p.add_argument("--inflight", type=int, default=64)
+    p.add_argument("--storage", default="memory", choices=("file", "memory"))
+    p.add_argument("--out", type=Path)
+    p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
+    p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
+    args = p.parse_args()
+    result = globals()[f"cmd_{args.what}"](args)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

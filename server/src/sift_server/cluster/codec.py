@@ -1,0 +1,45 @@
+"""The two message bodies: a request (path, the headers the routes read, the
+body) and a reply (status, headers, body). msgpack, a few bytes of framing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+
+# Request headers carried to the worker (the routes read only these).
+FORWARDED_HEADERS = frozenset({"content-type", "accept", "x-request-id", "user-agent"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkRequest:
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WorkReply:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def pack_request(request: WorkRequest) -> bytes:
+    data: bytes = msgpack.packb([request.path, [list(h) for h in request.headers], request.body])
+    return data
+
+
+def unpack_request(data: bytes) -> WorkRequest:
+    path, headers, body = msgpack.unpackb(data)
+    return WorkRequest(str(path), [(str(k), str(v)) for k, v in headers], bytes(body))
+
+
+def pack_reply(reply: WorkReply) -> bytes:
+    data: bytes = msgpack.packb([reply.status, [list(h) for h in reply.headers], reply.body])
+    return data
+
+
+def unpack_reply(data: bytes) -> WorkReply:
+    status, headers, body = msgpack.unpackb(data)
+    return WorkReply(int(status), [(str(k), str(v)) for k, v in headers], bytes(body))

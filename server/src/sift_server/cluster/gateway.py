@@ -1,0 +1,314 @@
+"""``sift gateway``: the HTTP API of ``sift serve`` with no model loaded.
+
+Each request is checked as ``sift serve`` checks it before any model runs
+(middleware: drain, API key, body size; then the body's decoding and the
+model's existence), published to its model's work-queue subject, and answered
+from the reply a worker publishes on this gateway's inbox. Exactly one answer
+per request: replies are matched by request id and later ones are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from fastapi import APIRouter, FastAPI, Request
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NoKeysError
+from nats.js.kv import KeyValue
+from prometheus_client import Counter
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from sift_server import __version__
+from sift_server.api import health, models
+from sift_server.api.app import _http_exception
+from sift_server.api.body import read_body
+from sift_server.api.errors import native_error, openai_error
+from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.native import request_id_of
+from sift_server.api.openai import _OPENAPI_BODY
+from sift_server.api.openai import _parse as parse_embeddings
+from sift_server.api.state import ServerState
+from sift_server.cluster.codec import FORWARDED_HEADERS, WorkReply, WorkRequest, pack_request, unpack_reply
+from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
+from sift_server.cluster.subjects import (
+    DEADLINE_HEADER,
+    MSG_ID_HEADER,
+    REPLY_HEADER,
+    REPLY_PREFIX,
+    StreamLimits,
+    model_of_heartbeat_key,
+    model_token,
+    reply_subject,
+    work_subject,
+)
+from sift_server.errors import QueueFull, QueueTimeout, SiftError
+from sift_server.service.common import split_profile
+from sift_server.wire.codec import decode_body
+from sift_server.wire.negotiation import request_format
+from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
+
+log = logging.getLogger(__name__)
+
+
+class NoWorker(SiftError):
+    """No live worker serves the model (yet): like a model still loading."""
+
+    status, code, retry_after = 503, "MODEL_LOADING", 5
+
+
+@dataclass(slots=True)
+class GatewayOptions:
+    nats_url: str = "nats://127.0.0.1:4222"
+    limits: StreamLimits = field(default_factory=StreamLimits)
+    # The longest a request waits for its reply (also its deadline on the worker).
+    request_timeout_s: float = 60.0
+    publish_timeout_s: float = 5.0
+    heartbeat_ttl_s: float = 6.0
+    # How often the set of live workers is re-read.
+    liveness_poll_s: float = 0.5
+
+
+class Gateway:
+    """The NATS side of the gateway: publish, await the reply, know live models."""
+
+    def __init__(self, options: GatewayOptions, state: ServerState) -> None:
+        self.options = options
+        self.state = state
+        self.gateway_id = uuid.uuid4().hex[:16]
+        self.nc: NATS | None = None
+        self.js: JetStreamContext | None = None
+        self.kv: KeyValue | None = None
+        self.pending: dict[str, asyncio.Future[WorkReply]] = {}
+        self.live: set[str] = set()
+        self._live_read = 0.0
+        self._poller: asyncio.Task[None] | None = None
+        self.duplicates = Counter(
+            "sift_gateway_duplicate_replies",
+            "Replies dropped: their request was answered already",
+            registry=state.metrics.registry,
+        )
+        self.refused = Counter(
+            "sift_gateway_publish_refused",
+            "Publishes refused by the work stream (full)",
+            registry=state.metrics.registry,
+        )
+
+    async def start(self) -> None:
+        self.nc = await nats.connect(
+            self.options.nats_url.split(","), name=f"sift-gateway-{self.gateway_id}", max_reconnect_attempts=-1
+        )
+        self.js = self.nc.jetstream()
+        await ensure_stream(self.js, self.options.limits)
+        self.kv = await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
+        await self.nc.subscribe(f"{REPLY_PREFIX}.{self.gateway_id}.*", cb=self._on_reply)
+        await self.refresh_live()
+        self._poller = asyncio.ensure_future(self._poll_live())
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        if self.nc is not None and not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+
+    async def _on_reply(self, msg: Msg) -> None:
+        request_id = msg.subject.rsplit(".", 1)[1]
+        future = self.pending.get(request_id)
+        if future is None or future.done():
+            # A redelivered request answered twice (or after we gave up): drop it.
+            self.duplicates.inc()
+            return
+        future.set_result(unpack_reply(msg.data))
+
+    async def refresh_live(self) -> None:
+        assert self.kv is not None
+        try:
+            keys = await self.kv.keys()
+        except NoKeysError:
+            keys = []
+        self.live = {model_of_heartbeat_key(k) for k in keys}
+        self._live_read = time.monotonic()
+
+    async def _poll_live(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.liveness_poll_s)
+            try:
+                await self.refresh_live()
+            except Exception as exc:
+                log.warning("could not read worker heartbeats: %r", exc)
+
+    async def has_worker(self, model: str) -> bool:
+        token = model_token(model)
+        if token in self.live:
+            return True
+        if time.monotonic() - self._live_read > 0.1:
+            # A worker may have just started: look again before refusing.
+            await self.refresh_live()
+        return token in self.live
+
+    async def call(self, model: str, work: WorkRequest) -> WorkReply:
+        """Publish one request and wait for its reply (raises SiftError)."""
+        assert self.js is not None
+        if not await self.has_worker(model):
+            raise NoWorker(f"No worker serves model '{model}' at the moment; retry shortly.")
+        request_id = uuid.uuid4().hex
+        timeout = self.options.request_timeout_s
+        future: asyncio.Future[WorkReply] = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = future
+        headers = {
+            MSG_ID_HEADER: request_id,
+            REPLY_HEADER: reply_subject(self.gateway_id, request_id),
+            DEADLINE_HEADER: f"{time.time() + timeout:.6f}",
+        }
+        try:
+            try:
+                await self.js.publish(
+                    work_subject(model), pack_request(work), timeout=self.options.publish_timeout_s, headers=headers
+                )
+            except APIError as exc:
+                self.refused.inc()
+                raise QueueFull(
+                    f"Model '{model}': the work queue is full ({exc.description}); retry shortly."
+                ) from None
+            except (TimeoutError, nats.errors.Error) as exc:
+                raise QueueFull(f"The work queue is unavailable ({type(exc).__name__}); retry shortly.") from None
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), timeout)
+            except TimeoutError:
+                raise QueueTimeout(
+                    f"Model '{model}': no worker answered within {timeout:g} s; retry shortly."
+                ) from None
+        finally:
+            self.pending.pop(request_id, None)
+
+
+def _relay(reply: WorkReply) -> Response:
+    headers = {k: v for k, v in reply.headers if k.lower() != "content-length"}
+    return Response(reply.body, status_code=reply.status, headers=headers)
+
+
+def _forwarded(request: Request, request_id: str) -> list[tuple[str, str]]:
+    headers = [(k, v) for k, v in request.headers.items() if k in FORWARDED_HEADERS and k != "x-request-id"]
+    headers.append(("x-request-id", request_id))
+    return headers
+
+
+router = APIRouter()
+_SCHEMAS: dict[str, type[Any]] = {"encode": EncodeBody, "score": ScoreBody, "extract": ExtractBody}
+
+
+async def _native(request: Request, model: str, endpoint: str) -> Response:
+    started = time.perf_counter()
+    state: ServerState = request.app.state.sift
+    gateway: Gateway = request.app.state.gateway
+    name, _ = split_profile(model)
+    try:
+        body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
+        # The same decoding as sift serve: a malformed body never reaches the queue.
+        decode_body(body, request_format(request.headers.get("content-type")), _SCHEMAS[endpoint])
+        state.registry.record(name)
+        work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), body)
+        reply = await gateway.call(name, work)
+    except SiftError as error:
+        state.metrics.count(model, endpoint, error.status)
+        return native_error(error, state.runtime_instance)
+    state.metrics.count(model, endpoint, reply.status, time.perf_counter() - started)
+    return _relay(reply)
+
+
+@router.post("/v1/encode/{model:path}", summary="Embed items (dense vectors)")
+async def encode_route(request: Request, model: str) -> Response:
+    return await _native(request, model, "encode")
+
+
+@router.post("/v1/score/{model:path}", summary="Rerank items against a query")
+async def score_route(request: Request, model: str) -> Response:
+    return await _native(request, model, "score")
+
+
+@router.post("/v1/extract/{model:path}", summary="Extract entities or classes from items")
+async def extract_route(request: Request, model: str) -> Response:
+    return await _native(request, model, "extract")
+
+
+@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings", openapi_extra=_OPENAPI_BODY)
+async def embeddings(request: Request) -> Response:
+    started = time.perf_counter()
+    state: ServerState = request.app.state.sift
+    gateway: Gateway = request.app.state.gateway
+    model = ""
+    try:
+        raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
+        # The same parsing as sift serve's route: a malformed body never reaches the queue.
+        body = await parse_embeddings(raw, request.headers.get("content-type"))
+        model = body.model
+        state.registry.record(model)
+        work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), raw)
+        reply = await gateway.call(model, work)
+    except SiftError as error:
+        state.metrics.count(model, "embeddings", error.status)
+        return openai_error(error)
+    state.metrics.count(model, "embeddings", reply.status, time.perf_counter() - started)
+    return _relay(reply)
+
+
+def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
+    gateway = Gateway(options, state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        state.ready = True
+        log.info("gateway ready: NATS %s, id %s", options.nats_url, gateway.gateway_id)
+        try:
+            yield
+        finally:
+            state.draining = True
+            await gateway.stop()
+
+    app = FastAPI(
+        title="Sift gateway",
+        version=__version__,
+        description="Sift's HTTP API in front of workers on NATS JetStream.",
+        lifespan=lifespan,
+    )
+    app.state.sift = state
+    app.state.gateway = gateway
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    for module_router in (router, models.router, health.router):
+        app.include_router(module_router)
+    app.add_middleware(SiftMiddleware, state=state)
+    return app
+
+
+def serve_gateway(settings: Any, options: GatewayOptions) -> None:
+    """Run the gateway under uvicorn; SIGTERM: refuse new requests, finish those in flight."""
+    import uvicorn
+
+    from sift_server.api.app import build_state
+    from sift_server.server import DrainingServer
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    state = build_state(settings)
+    app = create_gateway_app(state, options)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_keep_alive=settings.keep_alive_s,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
+    )
+    DrainingServer(config, state).run()

@@ -1,0 +1,371 @@
+"""``sift worker``: load models as ``sift serve`` does and serve their work
+queues. Each message runs through the same routes (decoding, validation,
+services, error envelopes) and the same batching engine as an HTTP request.
+
+Arrival signals come from the stream: a message opens its model's ingress
+ticket the moment it is delivered, before it is decoded, and admission ends
+it, so a lone message dispatches at once and a burst delivered together is
+admitted together and fuses. The worker keeps one single-message pull request
+standing per free slot, so the server pushes each message as soon as it is
+published (no polling, no waiting for a full batch) to a worker with room.
+
+Reply first, then acknowledge. A message not acknowledged (the worker died)
+is redelivered after the consumer's ack wait; while a message runs, the
+worker tells the server it is still in progress. A message whose deadline
+passed is not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, cast
+
+import nats
+from fastapi import FastAPI
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+from starlette.types import Message
+
+from sift_server.api.app import build_state, create_app
+from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.state import ServerState
+from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
+from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartbeat_bucket
+from sift_server.cluster.subjects import (
+    DEADLINE_HEADER,
+    REPLY_HEADER,
+    STREAM,
+    WORKER_HEADER,
+    heartbeat_key,
+)
+from sift_server.engine.ingress import IngressTicket
+from sift_server.engine.worker import ModelWorker
+
+log = logging.getLogger(__name__)
+
+_NO_MESSAGES = {"404", "408", "409"}
+
+
+@dataclass(slots=True)
+class WorkerOptions:
+    nats_url: str = "nats://127.0.0.1:4222"
+    # Messages one model may hold at once (delivered, not yet acknowledged).
+    max_inflight: int = 64
+    ack_wait_s: float = 30.0
+    # Tell the server a running message is still in progress this often (0: never).
+    progress_interval_s: float = 10.0
+    heartbeat_s: float = 2.0
+    heartbeat_ttl_s: float = 6.0
+    # A standing pull request expires after this and is renewed.
+    pull_expires_s: float = 5.0
+    worker_id: str = ""
+
+
+def worker_app(state: ServerState) -> FastAPI:
+    """The routes and exception handlers of ``sift serve``, without its HTTP
+    front door: the stream replaces the middleware (the gateway checked the
+    key and the size; ingress opens at delivery; drain is the worker's)."""
+    app = create_app(state)
+    app.user_middleware = [m for m in app.user_middleware if cast(Any, m.cls) is not SiftMiddleware]
+    app.middleware_stack = None
+    return app
+
+
+async def call_app(
+    app: FastAPI,
+    path: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    *,
+    ingress: IngressTicket | None,
+    deadline: float,
+) -> WorkReply:
+    """One POST through the ASGI app; the 'client' goes away at the deadline."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+        "client": ("nats", 0),
+        "server": ("sift-worker", 0),
+        "app": app,
+    }
+    if ingress is not None:
+        scope["sift.ingress"] = ingress
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        # Nobody disconnects a queue message; past its deadline nobody waits for it.
+        await asyncio.sleep(max(0.0, deadline - time.time()))
+        return {"type": "http.disconnect"}
+
+    status = 500
+    out_headers: list[tuple[str, str]] = []
+    chunks: list[bytes] = []
+
+    async def send(message: Message) -> None:
+        nonlocal status, out_headers
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+            out_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return WorkReply(status, out_headers, b"".join(chunks))
+
+
+class ModelPuller:
+    """One model's share of the work queue on this worker."""
+
+    def __init__(self, owner: StreamWorker, model: str, durable: str) -> None:
+        self.owner = owner
+        self.model = model
+        self.durable = durable
+        self.inflight: dict[int, Msg] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._ids = 0
+        # Issue times of this puller's pull requests still standing (one message each).
+        self._outstanding: collections.deque[float] = collections.deque()
+        self._wanted = asyncio.Event()
+        self._inbox = ""
+        self._loop_task: asyncio.Task[None] | None = None
+        self._progress_task: asyncio.Task[None] | None = None
+        self.stopping = False
+
+    @property
+    def engine(self) -> ModelWorker | None:
+        record = self.owner.state.registry.records.get(self.model)
+        return record.worker if record is not None else None
+
+    async def start(self) -> None:
+        nc = self.owner.nc
+        assert nc is not None
+        self._inbox = nc.new_inbox()
+        await nc.subscribe(self._inbox, cb=self._on_message)
+        self._loop_task = asyncio.ensure_future(self._pull_loop())
+        if self.owner.options.progress_interval_s > 0:
+            self._progress_task = asyncio.ensure_future(self._progress_loop())
+
+    async def _pull_loop(self) -> None:
+        """Keep one single-message pull request standing per free slot. The
+        server hands each message to a waiting request at once; a worker asks
+        again as soon as a slot frees, so work goes to workers with room (one
+        large request per worker was seen to starve behind others' requests)."""
+        nc = self.owner.nc
+        assert nc is not None
+        options = self.owner.options
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{self.durable}"
+        request = json.dumps({"batch": 1, "expires": int(options.pull_expires_s * 1e9)}).encode()
+        while not self.stopping:
+            # Requests the server answered neither with a message nor a status are gone by now.
+            horizon = time.monotonic() - options.pull_expires_s - 1.0
+            while self._outstanding and self._outstanding[0] < horizon:
+                self._outstanding.popleft()
+            want = options.max_inflight - len(self.inflight) - len(self._outstanding)
+            if want <= 0:
+                self._wanted.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wanted.wait(), options.pull_expires_s)
+                continue
+            try:
+                for _ in range(want):
+                    self._outstanding.append(time.monotonic())
+                    await nc.publish(subject, request, reply=self._inbox)
+            except Exception as exc:
+                log.warning("pull request failed: %r", exc)
+                await asyncio.sleep(0.5)
+
+    def _answered(self) -> None:
+        """One pull request ended (a message, or expired / no messages)."""
+        if self._outstanding:
+            self._outstanding.popleft()
+
+    async def _on_message(self, msg: Msg) -> None:
+        status = msg.headers.get("Status") if msg.headers else None
+        if status is not None and not msg.data:
+            if status in _NO_MESSAGES:
+                self._answered()
+                self._wanted.set()
+            return  # 100: idle heartbeat
+        arrived = time.perf_counter()
+        self._answered()
+        if self.stopping:
+            # Draining: hand it straight back to the other workers.
+            await msg.nak()
+            return
+        engine = self.engine
+        # Delivered, not decoded yet: this is the request's ingress.
+        ticket = engine.ingress.begin(arrived) if engine is not None else None
+        self._ids += 1
+        key = self._ids
+        self.inflight[key] = msg
+        task = asyncio.ensure_future(self._handle(key, msg, ticket))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _handle(self, key: int, msg: Msg, ticket: IngressTicket | None) -> None:
+        try:
+            headers = msg.headers or {}
+            deadline = float(headers.get(DEADLINE_HEADER, "inf"))
+            if time.time() >= deadline:
+                # Nobody waits for this answer any more: do not run it.
+                if ticket is not None:
+                    ticket.end()
+                await msg.term()
+                return
+            work = unpack_request(msg.data)
+            reply = await call_app(
+                self.owner.app, work.path, work.headers, work.body, ingress=ticket, deadline=deadline
+            )
+            if ticket is not None:
+                ticket.end()  # refused before admission (bad input...): no longer incoming
+            if reply.status == 499:
+                await msg.term()  # its deadline passed while queued
+                return
+            if reply.status == 503 and ("x-sie-error-code", "SHUTTING_DOWN") in reply.headers:
+                await msg.nak()  # this worker is stopping: another one runs it now
+                return
+            reply.headers.append((WORKER_HEADER, self.owner.worker_id))
+            reply_to = headers.get(REPLY_HEADER)
+            if reply_to and self.owner.nc is not None:
+                await self.owner.nc.publish(reply_to, pack_reply(reply))
+            await msg.ack()
+        except Exception:
+            log.exception("message of model %s failed; left for redelivery", self.model)
+            if ticket is not None:
+                ticket.end()
+        finally:
+            self.inflight.pop(key, None)
+            self._wanted.set()
+
+    async def _progress_loop(self) -> None:
+        interval = self.owner.options.progress_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            for msg in list(self.inflight.values()):
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
+
+    async def drain(self, grace_s: float) -> None:
+        """Take no new messages; finish (reply, ack) those held, within the grace period."""
+        self.stopping = True
+        self._wanted.set()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=grace_s)
+        if self._progress_task is not None:
+            self._progress_task.cancel()
+
+
+class StreamWorker:
+    def __init__(self, settings: Any, options: WorkerOptions, models: list[str]) -> None:
+        self.settings = settings
+        self.options = options
+        self.models = models
+        self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.state = build_state(settings)
+        self.app = worker_app(self.state)
+        self.nc: NATS | None = None
+        self.js: JetStreamContext | None = None
+        self.kv: KeyValue | None = None
+        self.pullers: list[ModelPuller] = []
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        for name in self.models:
+            await self.state.registry.load_now(name)
+        self.state.ready = True
+        self.nc = await nats.connect(
+            self.options.nats_url.split(","), name=f"sift-worker-{self.worker_id}", max_reconnect_attempts=-1
+        )
+        self.js = self.nc.jetstream()
+        await ensure_stream(self.js, None)
+        self.kv = await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
+        for name in self.models:
+            durable = await ensure_consumer(self.js, name, self.options.ack_wait_s)
+            puller = ModelPuller(self, name, durable)
+            await puller.start()
+            self.pullers.append(puller)
+        await self._beat()
+        beating = asyncio.ensure_future(self._heartbeats())
+        log.info("worker %s ready: %s", self.worker_id, ", ".join(self.models))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        await self._stop.wait()
+        grace = self.settings.shutdown_grace_s
+        log.info("worker %s draining (grace %.1fs)", self.worker_id, grace)
+        beating.cancel()
+        await self._unbeat()
+        await asyncio.gather(*(p.drain(grace) for p in self.pullers))
+        self.state.draining = True
+        await self.state.registry.close(grace)
+        with contextlib.suppress(Exception):
+            await self.nc.drain()
+        log.info("worker %s stopped", self.worker_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _beat(self) -> None:
+        assert self.kv is not None
+        value = json.dumps({"worker": self.worker_id, "pid": os.getpid(), "at": time.time()}).encode()
+        for name in self.models:
+            await self.kv.put(heartbeat_key(name, self.worker_id), value)
+
+    async def _unbeat(self) -> None:
+        if self.kv is None:
+            return
+        for name in self.models:
+            with contextlib.suppress(Exception):
+                await self.kv.delete(heartbeat_key(name, self.worker_id))
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.heartbeat_s)
+            try:
+                await self._beat()
+            except Exception as exc:
+                log.warning("heartbeat failed: %r", exc)
+
+
+def run_worker(settings: Any, options: WorkerOptions) -> None:
+    import gc
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    gc.set_threshold(50_000, 50, 1000)
+    models = list(dict.fromkeys([settings.default_model, *settings.preload]))
+
+    async def main() -> None:
+        await StreamWorker(settings, options, models).run()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import nats
+from nats.js.errors import NoKeysError
+
+from sift_server.cluster.local import LocalCluster, Proc, spawn, start_local_cluster
+from sift_server.cluster.subjects import HEARTBEAT_BUCKET, model_token
+
+LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+
+
+def start_cluster(folder: Path, workers: int, worker_args: Sequence[str], gateway_args: Sequence[str]) -> LocalCluster:
+    os.environ.update(ENV)
+    return start_local_cluster(workers, worker_args, gateway_args, folder=folder, launcher=LAUNCHER)
+
+
+def add_worker(cluster: LocalCluster, worker_id: str, args: Sequence[str]) -> Proc:
+    proc = spawn(
+        worker_id,
+        [*LAUNCHER, "worker", "--nats-url", cluster.nats_url, "--worker-id", worker_id, *args],
+        cluster.folder / f"{worker_id}.log",
+    )
+    cluster.workers.append(proc)
+    return proc
+
+
+def live_workers(nats_url: str, model: str) -> set[str]:
+    async def read() -> set[str]:
+        nc = await nats.connect(nats_url)
+        try:
+            kv = await nc.jetstream().key_value(HEARTBEAT_BUCKET)
+            try:
+                keys = await kv.keys()
+            except NoKeysError:
+                return set()
+            prefix = model_token(model) + "."
+            return {k[len(prefix) :] for k in keys if k.startswith(prefix)}
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def wait_for(predicate: object, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_workers(cluster: LocalCluster, model: str, ids: set[str], timeout: float = 180.0) -> None:
+    def ready() -> bool:
+        for proc in cluster.workers:
+            if proc.name in ids and not proc.alive():
+                raise AssertionError(f"{proc.name} exited:\n{proc.log()}")
+        return ids <= live_workers(cluster.nats_url, model)
+
+    wait_for(ready, f"workers {ids} for {model}", timeout)
+
+
+def post(url: str, model: str, texts: Sequence[str], **kwargs: object) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/encode/{model}",
+        json={"items": [{"text": t} for t in texts]},
+        headers={"Accept": "application/json", **kwargs.pop("headers", {})},  # type: ignore[dict-item]
+        timeout=kwargs.pop("timeout", 120.0),  # type: ignore[arg-type]
+    )
+
+
+def metric(url: str, name: str, headers: dict[str, str] | None = None) -> float:
+    text = httpx.get(url + "/metrics", headers=headers or {}).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
