@@ -136,6 +136,19 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
+def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """How ``sift serve`` and ``sift gateway`` run their app under uvicorn."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_keep_alive=settings.keep_alive_s,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
+    )
+
+
 def serve(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Fewer, cheaper collections: the model's objects are frozen after load
@@ -145,14 +158,5 @@ def serve(settings: Settings) -> None:
         log.info("malloc arenas capped at %d", settings.malloc_arena_max)
     state = build_state(settings)
     app = create_app(state)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_keep_alive=settings.keep_alive_s,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
-    )
-    DrainingServer(config, state).run()
+    DrainingServer(uvicorn_config(app, settings), state).run()
     exit_if_threads_linger()

@@ -24,6 +24,8 @@ from sift_server.adapters.base import Part
 if TYPE_CHECKING:
     import torch
 
+    from sift_server.adapters._backends import Runner
+
 LANE_PREFIX = "lora:"
 
 
@@ -97,3 +99,32 @@ class LoraSlots:
         self.base.eval()
         self.paths[name] = self.sources[name] = path
         self.loads += 1
+
+
+class LoraHost:
+    """What a torch adapter that serves LoRAs shares: ``loras`` is its slots on
+    the torch backend (None on another backend, which says no), and ``forward``
+    runs the adapter's own ``_forward`` with the batch's LoRA active."""
+
+    loras: LoraSlots | None
+    runner: Runner
+    # The class serves LoRAs on the torch backend; an instance on another backend says no.
+    supports_lora = True
+
+    def load_lora(self, name: str, path: Path) -> None:
+        if self.loras is None:
+            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
+        self.loras.load(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        if self.loras is not None:
+            self.loras.unload(name)
+
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        if self.loras is None:
+            return self._forward(parts)
+        with self.loras.active(lora_of(parts)):
+            return self._forward(parts)
+
+    def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        raise NotImplementedError

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from sift_server.adapters import _backends as backends
-from sift_server.adapters._lora import LoraSlots, lora_of
+from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, select_device
 from sift_server.adapters.base import (
@@ -82,7 +82,7 @@ class _ByPosition(torch.nn.Module):
         return logits
 
 
-class CrossEncoderAdapter(Adapter):
+class CrossEncoderAdapter(LoraHost, Adapter):
     """Scores (query, text) pairs with an ``AutoModelForSequenceClassification``."""
 
     def __init__(
@@ -169,24 +169,6 @@ class CrossEncoderAdapter(Adapter):
         features = [{name: encoded[name][i] for name in self._input_names} for i in range(len(texts))]
         costs = [len(ids) for ids in encoded["input_ids"]]
         return Prepared(item_costs=costs, compat_key=SCORE_COMPAT_KEY, payload=features, input_tokens=sum(costs))
-
-    # The class serves LoRAs on the torch backend; an instance on another backend says no.
-    supports_lora = True
-
-    def load_lora(self, name: str, path: Path) -> None:
-        if self.loras is None:
-            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
-        self.loras.load(name, path)
-
-    def unload_lora(self, name: str) -> None:
-        if self.loras is not None:
-            self.loras.unload(name)
-
-    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
-        if self.loras is None:
-            return self._forward(parts)
-        with self.loras.active(lora_of(parts)):
-            return self._forward(parts)
 
     def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         features = [f for part in parts for f in part.prepared.payload[part.start : part.stop]]

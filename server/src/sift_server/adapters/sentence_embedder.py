@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from sift_server.adapters import _backends as backends
-from sift_server.adapters._lora import LoraSlots, lora_of
+from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
@@ -69,7 +69,7 @@ class _HiddenStates(backends.Graph):
         return Module(AutoModel.from_pretrained(self.folder, local_files_only=True))
 
 
-class SentenceEmbedderAdapter(Adapter):
+class SentenceEmbedderAdapter(LoraHost, Adapter):
     def __init__(
         self,
         tokenizer: TextTokenizer,
@@ -180,24 +180,6 @@ class SentenceEmbedderAdapter(Adapter):
         return Prepared(item_costs=costs, compat_key=None, payload=ids, input_tokens=sum(costs))
 
     # ---- forward (executor thread) --------------------------------------
-
-    # The class serves LoRAs on the torch backend; an instance on another backend says no.
-    supports_lora = True
-
-    def load_lora(self, name: str, path: Path) -> None:
-        if self.loras is None:
-            raise NotImplementedError(f"LoRA needs the torch backend; this model runs {self.runner.choice}")
-        self.loras.load(name, path)
-
-    def unload_lora(self, name: str) -> None:
-        if self.loras is not None:
-            self.loras.unload(name)
-
-    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
-        if self.loras is None:
-            return self._forward(parts)
-        with self.loras.active(lora_of(parts)):
-            return self._forward(parts)
 
     def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         rows: list[list[int]] = []

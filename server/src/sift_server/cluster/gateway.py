@@ -294,21 +294,10 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
 
 def serve_gateway(settings: Any, options: GatewayOptions) -> None:
     """Run the gateway under uvicorn; SIGTERM: refuse new requests, finish those in flight."""
-    import uvicorn
-
     from sift_server.api.app import build_state
-    from sift_server.server import DrainingServer
+    from sift_server.server import DrainingServer, uvicorn_config
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     state = build_state(settings)
     app = create_gateway_app(state, options)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_keep_alive=settings.keep_alive_s,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
-    )
-    DrainingServer(config, state).run()
+    DrainingServer(uvicorn_config(app, settings), state).run()
