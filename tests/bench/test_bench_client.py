@@ -193,3 +193,11 @@ def test_mixed_workload_spreads_lengths_up_to_the_models_limit() -> None:
     long = [w for w in words if w >= 180]
     assert 5 <= len(long) <= 40  # about one in twenty
     assert make_mixed_texts(400, seed=1) == texts
+
+
+def test_sentences_workload_has_the_spread_without_passages() -> None:
+    from sift_server.bench.workload import texts_for
+
+    words = [len(t.split()) for t in texts_for("sentences", 400, seed=1)]
+    assert min(words) >= 5 and max(words) <= 40
+    assert len(set(words)) > 20

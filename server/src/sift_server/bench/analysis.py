@@ -8,6 +8,7 @@ compared between arms as paired geometric ratios.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -64,7 +65,23 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
         stats["server_cores"] = phase.get("server_cores")
         lat = stats["latency_ms"]
         stats["tail_ratio"] = percentile(lat, 99) / percentile(lat, 50) if lat else None
+        stats["max_ratio"] = max(lat) / percentile(lat, 50) if lat else None
+        stats["passed_over"] = passed_over(phase, good_joined)
     return stats
+
+
+def passed_over(phase: Mapping[str, Any], indices: Sequence[int]) -> list[int]:
+    """For each request, how many forwards started after it was admitted and
+    before its own: zero or one for a fair queue, growing without bound for a
+    request that keeps being passed over (starvation)."""
+    starts = sorted({(phase["start"][i], phase["forward_id"][i]) for i in indices})
+    times = [t for t, _ in starts]
+    counts = []
+    for i in indices:
+        first = bisect.bisect_right(times, phase["admitted"][i])
+        own = bisect.bisect_left(times, phase["start"][i])
+        counts.append(max(0, own - first))
+    return counts
 
 
 def _pooled(per_trial: Sequence[Mapping[str, Any]], key: str) -> list[float]:
@@ -98,7 +115,7 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
             "latency_p99_ms": percentile(s["latency_ms"], 99) if s["latency_ms"] else None,
             "queue_p95_ms": percentile(s["queue_ms"], 95) if s["queue_ms"] else None,
         }
-        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "server_cores"):
+        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "max_ratio", "server_cores"):
             if key in s:
                 row[key] = s[key]
         out["per_trial"].append(row)
@@ -110,6 +127,8 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         spans = _pooled(stats, "arrival_span_ms")
         out["arrival_span_ms"] = percentiles(spans) if spans else {"n": 0}
         out["issue_span_ms"] = percentiles(_pooled(stats, "issue_span_ms"))
+    if stats and "passed_over" in stats[0]:
+        out["passed_over"] = percentiles([float(n) for n in _pooled(stats, "passed_over")])
     if stats and "throughput" in stats[0]:
         values = [s["throughput"] for s in stats if s["throughput"] > 0]
         out["throughput"] = {

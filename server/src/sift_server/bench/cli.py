@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workload",
         choices=WORKLOADS,
         default="short",
-        help="short: 8-24 word sentences; mixed: 5-40 words with 1 in 20 near the model's limit",
+        help="short: 8-24 word sentences; sentences: 5-40 words; mixed: 5-40 words with 1 in 20 near the model's limit",
     )
     runs.add_argument(
         "--primitive",

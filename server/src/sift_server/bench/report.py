@@ -214,10 +214,22 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
                 continue
             per = ", ".join(_f(v, 1) for v in d["throughput"]["per_trial"])
             tails = ", ".join(_f(r.get("tail_ratio"), 2) for r in d["per_trial"])
+            maxima = ", ".join(_f(r.get("max_ratio"), 2) for r in d["per_trial"])
             cores = ", ".join(_f(r.get("server_cores"), 2) for r in d["per_trial"])
-            trow.append([arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, cores, tails])
-        headers = ["arm", "items/s geomean", "median", "per trial", "server cores per trial", "p99/p50 per trial"]
-        out += [md_table(headers, trow), "", "Server cores: the server's CPU time over wall time in the phase.", ""]
+            passed = d.get("passed_over") or {}
+            trow.append([
+                arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, cores, tails, maxima,
+                _pct(passed, "p99", 0), _pct(passed, "max", 0),
+            ])  # fmt: skip
+        headers = ["arm", "items/s geomean", "median", "per trial", "server cores per trial", "p99/p50 per trial",
+                   "max/p50 per trial", "passed over p99", "passed over max"]  # fmt: skip
+        out += [
+            md_table(headers, trow),
+            "",
+            "Server cores: the server's CPU time over wall time in the phase. Passed over: forwards that started "
+            "after a request was admitted and before its own (0 or 1 in a fair queue; starvation makes it grow).",
+            "",
+        ]
     return out
 
 

@@ -376,7 +376,12 @@ def finish(results: dict[str, Any], out_dir: Path, *, make_plots: bool = True) -
     """Analysis, targets, and the files (results.json, report.md, PNGs)."""
     analysis = analyze(results)
     results["analysis"] = analysis
-    results["targets"] = evaluate(analysis, results.get("ceiling"), results["config"]["phases"])
+    results["targets"] = evaluate(
+        analysis,
+        results.get("ceiling"),
+        results["config"]["phases"],
+        int(results["config"].get("items_per_request", 1)),
+    )
     results["files"] = {"results": "results.json", "report": "report.md"}
     if make_plots:
         results["files"]["plots"] = [p.name for p in plots.write_plots(results, out_dir)]

@@ -6,7 +6,12 @@
 - closed loop at 8 and 32 in flight: throughput (geometric mean over trials)
   >= 0.95 x the best in-process items/s over batch sizes 1-64, and >= the
   ``timed`` arm's (geometric mean of the paired per-trial ratios >= 1);
-- closed loop: client latency p99 <= 1.3 x p50, in every valid trial.
+- closed loop: client latency p99 <= 1.3 x p50 and max <= 2 x p50, in every
+  valid trial.
+
+Beside the 0.95 x ceiling target the report gives the reachable ceiling: the
+best in-process items/s over batch sizes no larger than the items in flight
+(8 one-item requests can never form a batch of 64).
 
 Each target is ``met``, ``not met`` or ``n/a`` (no valid data, no ceiling, no
 timed arm to compare with).
@@ -24,6 +29,7 @@ SEQ_QUEUE_P95_MS = 0.2
 BURST_ONE_FORWARD = (23, 24)
 CEILING_FRACTION = 0.95
 TAIL_RATIO = 1.3
+MAX_RATIO = 2.0
 REFERENCE_ARM = "timed"
 
 
@@ -40,8 +46,21 @@ def needed_one_forward(bursts: int) -> int:
     return math.ceil(bursts * num / den)
 
 
+def reachable_ceiling(ceiling: Mapping[str, Any], items_in_flight: int) -> dict[str, float] | None:
+    """The best in-process ``{"size", "items_per_s"}`` over batch sizes no
+    larger than ``items_in_flight``; None when the curve has no such size."""
+    sizes = [(int(k), v["items_per_s"]) for k, v in ceiling["sizes"].items() if int(k) <= items_in_flight]
+    if not sizes:
+        return None
+    size, rate = max(sizes, key=lambda kv: kv[1])
+    return {"size": float(size), "items_per_s": rate}
+
+
 def evaluate(
-    analysis: Mapping[str, Any], ceiling: Mapping[str, Any] | None, phase_names: Sequence[str]
+    analysis: Mapping[str, Any],
+    ceiling: Mapping[str, Any] | None,
+    phase_names: Sequence[str],
+    items_per_request: int = 1,
 ) -> dict[str, list[dict[str, Any]]]:
     summary: Mapping[str, Any] = analysis["summary"]
     ratios = analysis["ratios"]
@@ -87,11 +106,18 @@ def evaluate(
                 rows.append(_target(f"throughput at {conc} vs ceiling", f">= {CEILING_FRACTION} x best", "-", None))
             else:
                 frac = geo / best
+                value = f"{geo:.1f}/s = {frac:.3f} x"
+                reachable = reachable_ceiling(ceiling, int(conc) * items_per_request) if ceiling else None
+                if reachable is not None:
+                    value += (
+                        f" (reachable at {conc} in flight: {reachable['items_per_s']:.1f}/s at batch "
+                        f"{reachable['size']:.0f}, {geo / reachable['items_per_s']:.3f} x)"
+                    )
                 rows.append(
                     _target(
                         f"throughput at {conc} vs ceiling",
                         f">= {CEILING_FRACTION} x best in-process ({best:.1f}/s)",
-                        f"{geo:.1f}/s = {frac:.3f} x",
+                        value,
                         frac >= CEILING_FRACTION,
                     )
                 )
@@ -117,6 +143,15 @@ def evaluate(
                     f"p99 <= {TAIL_RATIO} x p50 in every trial",
                     f"worst p99/p50 {max(tails):.2f}" if tails else "-",
                     None if not tails else max(tails) <= TAIL_RATIO,
+                )
+            )
+            maxima = [r["max_ratio"] for r in data["per_trial"] if r.get("max_ratio") is not None] if data else []
+            rows.append(
+                _target(
+                    f"closed {conc} max",
+                    f"max <= {MAX_RATIO} x p50 in every trial",
+                    f"worst max/p50 {max(maxima):.2f}" if maxima else "-",
+                    None if not maxima else max(maxima) <= MAX_RATIO,
                 )
             )
         out[arm] = rows

@@ -1,8 +1,10 @@
 """The inputs every arm and the in-process ceiling see, the same for a given seed.
 
-Two workloads:
+Three workloads:
 
 * ``short``: short, varied English sentences (8 to 24 words);
+* ``sentences``: one text of 5 to 40 words per request, nothing longer (the
+  spread of user queries and titles, without passages);
 * ``mixed``: what users send, one text of 5 to 40 words in most requests and,
   in one request in twenty, a passage near the model's limit (180 to 220
   words, about 240 to 290 word pieces: truncated to 256 by all-MiniLM-L6-v2).
@@ -15,8 +17,8 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-Workload = Literal["short", "mixed"]
-WORKLOADS: tuple[Workload, ...] = ("short", "mixed")
+Workload = Literal["short", "sentences", "mixed"]
+WORKLOADS: tuple[Workload, ...] = ("short", "sentences", "mixed")
 LONG_SHARE = 0.05
 
 _SUBJECTS = (
@@ -64,16 +66,21 @@ def _words(rng: random.Random, count: int) -> list[str]:
     return words[:count]
 
 
-def make_mixed_texts(count: int = 256, seed: int = 0) -> list[str]:
-    """``count`` deterministic texts of user-like mixed lengths (see the module doc)."""
+def make_mixed_texts(count: int = 256, seed: int = 0, long_share: float = LONG_SHARE) -> list[str]:
+    """``count`` deterministic texts of user-like mixed lengths (see the module doc);
+    ``long_share`` of them passages near the model's limit."""
     rng = random.Random(f"mixed:{seed}")
     texts = []
     for _ in range(count):
-        length = rng.randint(180, 220) if rng.random() < LONG_SHARE else rng.randint(5, 40)
+        length = rng.randint(180, 220) if rng.random() < long_share else rng.randint(5, 40)
         sentence = " ".join(_words(rng, length))
         texts.append(sentence[0].upper() + sentence[1:] + ".")
     return texts
 
 
 def texts_for(workload: Workload, count: int = 256, seed: int = 0) -> list[str]:
-    return make_mixed_texts(count, seed) if workload == "mixed" else make_texts(count, seed)
+    if workload == "mixed":
+        return make_mixed_texts(count, seed)
+    if workload == "sentences":
+        return make_mixed_texts(count, seed, long_share=0.0)
+    return make_texts(count, seed)
