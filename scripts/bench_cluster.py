@@ -113,7 +113,24 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def sequential(url: str, model: str, n: int) -> list[float]:
+HOPS = ("x-sift-gateway-time", "x-sift-queue-time", "x-sift-worker-time", "x-total-time")
+
+
+def hop_figures(rows: list[dict[str, float]]) -> dict[str, float]:
+    """p50 of each timing header (ms) over the responses that carried it."""
+    out: dict[str, float] = {}
+    for name in HOPS:
+        values = [r[name] for r in rows if name in r]
+        if values:
+            out[name.removeprefix("x-").removeprefix("sift-") + "_p50_ms"] = round(statistics.median(values), 3)
+    return out
+
+
+def hops_of(response: httpx.Response) -> dict[str, float]:
+    return {name: float(response.headers[name]) for name in HOPS if name in response.headers}
+
+
+async def sequential(url: str, model: str, n: int, hops: list[dict[str, float]] | None = None) -> list[float]:
     out = []
     async with httpx.AsyncClient(timeout=60) as client:
         for i in range(n):
@@ -125,6 +142,8 @@ async def sequential(url: str, model: str, n: int) -> list[float]:
             )
             out.append((time.perf_counter() - t) * 1000)
             assert r.status_code == 200, r.text
+            if hops is not None:
+                hops.append(hops_of(r))
             await asyncio.sleep(0.05)
     return out
 
@@ -144,9 +163,11 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
                 wait_ready(setup.url, setup.procs[1], DEFAULT_MODEL)
             os.sched_setaffinity(0, {1})
             asyncio.run(sequential(setup.url, DEFAULT_MODEL, 20))
-            lat = asyncio.run(sequential(setup.url, DEFAULT_MODEL, args.n))
+            hops: list[dict[str, float]] = []
+            lat = asyncio.run(sequential(setup.url, DEFAULT_MODEL, args.n, hops))
             os.sched_setaffinity(0, {0, 1})
             entry = {"p50_ms": round(statistics.median(lat), 3), "p90_ms": round(pct(lat, 0.9), 3), "n": len(lat)}
+            entry.update(hop_figures(hops))
             result.setdefault(kind, []).append(entry)
             print(kind, entry, flush=True)
         finally:
@@ -213,6 +234,7 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
     ids: Counter[str] = Counter()
     served: Counter[str] = Counter()
     slow: list[dict[str, Any]] = []
+    hops: list[dict[str, float]] = []
     stop = time.monotonic() + seconds
     n = 0
 
@@ -231,6 +253,7 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
                 )
                 statuses[r.status_code] += 1
                 if r.status_code == 200:
+                    hops.append(hops_of(r))
                     ids[r.headers.get("x-request-id", "")] += 1
                     served[r.headers.get("x-sift-worker", "")] += 1
                 else:
@@ -244,6 +267,7 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
                         "latency_s": round(latencies[-1], 3),
                         "worker": r.headers.get("x-sift-worker"),
                         "worker_total_ms": r.headers.get("x-total-time"),
+                        **hops_of(r),
                     }
                 )
 
@@ -261,8 +285,23 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "answered_twice": sum(1 for c in ids.values() if c > 1),
         "served_by": dict(sorted(served.items())),
+        **hop_figures(hops),
+        "queue_p90_ms": round(pct([h["x-sift-queue-time"] for h in hops if "x-sift-queue-time" in h] or [0.0], 0.9), 2),
         "slowest": slow,
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process(procs: list[Proc]) -> dict[str, float]:
+    out = {p.name: cpu_seconds(p.process.pid) for p in procs if p.alive()}
+    times = os.times()
+    out["client"] = times.user + times.system
+    return out
 
 
 def metric(url: str, name: str) -> float:
@@ -336,7 +375,13 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
             while len(live_workers(setup.nats_url, "test/sleeper")) < workers:
                 time.sleep(0.2)
             time.sleep(2)  # let the workers' start-up CPU settle
+            before = cpu_by_process(setup.procs)
             out = asyncio.run(closed_loop(setup.url, "test/sleeper", args.inflight, args.seconds))
+            after = cpu_by_process(setup.procs)
+            # CPU milliseconds each process spent per answered request: is the machine the limit?
+            answered = max(1, out["statuses"].get(200, 0))
+            out["cpu_ms_per_request"] = {k: round((after[k] - before[k]) * 1000 / answered, 2) for k in after}
+            out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
             result[f"workers{workers}"] = out
             print(workers, out, flush=True)
         finally:
