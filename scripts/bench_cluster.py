@@ -27,6 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from raw_http import RawConnection, RawResponse  # scripts/, beside this file
+
 from sift_server.cluster.local import Proc, free_port, spawn, start_nats, wait_port
 from tests.cluster.conftest import live_workers
 from tests.cluster.sleeper import write_sleeper_entry
@@ -108,6 +110,14 @@ class Setup:
             proc.stop(timeout=30)
 
 
+def keep_alive(connections: int) -> httpx.Limits:
+    """Keep every connection open between requests. httpx keeps 20 by default: with
+    more in flight it closed and reopened connections all the time, and a reopened
+    one now and then waited a TCP retransmission (about 1 s) before the gateway
+    saw its request (the 1 s stall of the first measurements)."""
+    return httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -126,7 +136,7 @@ def hop_figures(rows: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def hops_of(response: httpx.Response) -> dict[str, float]:
+def hops_of(response: httpx.Response | RawResponse) -> dict[str, float]:
     return {name: float(response.headers[name]) for name in HOPS if name in response.headers}
 
 
@@ -176,7 +186,7 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def bursts(url: str, model: str, size: int, count: int, gap: float, tag: str) -> None:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+    async with httpx.AsyncClient(timeout=60, limits=keep_alive(64)) as client:
         for b in range(count):
             await asyncio.sleep(gap)
             rs = await asyncio.gather(
@@ -238,18 +248,20 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
     stop = time.monotonic() + seconds
     n = 0
 
-    async def client_loop(k: int, client: httpx.AsyncClient) -> None:
+    async def client_loop(k: int) -> None:
         nonlocal n
+        connection = RawConnection(url)
+        path = f"/v1/encode/{model}"
         while time.monotonic() < stop:
             n += 1
             rid = f"c{k}-{n}"
             t = time.perf_counter()
             r = None
             try:
-                r = await client.post(
-                    f"{url}/v1/encode/{model}",
-                    json={"items": [{"text": f"load {k} {n}"}]},
-                    headers={"X-Request-ID": rid, "Accept": "application/json"},
+                r = await connection.post(
+                    path,
+                    json.dumps({"items": [{"text": f"load {k} {n}"}]}).encode(),
+                    {"X-Request-ID": rid, "Accept": "application/json", "Content-Type": "application/json"},
                 )
                 statuses[r.status_code] += 1
                 if r.status_code == 200:
@@ -258,7 +270,9 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
                     served[r.headers.get("x-sift-worker", "")] += 1
                 else:
                     errors[r.headers.get("x-sie-error-code", str(r.status_code))] += 1
-            except httpx.HTTPError as exc:
+                    if r.status_code == 503 and not r.headers.get("retry-after"):
+                        errors["503 without Retry-After"] += 1
+            except (OSError, asyncio.IncompleteReadError) as exc:
                 errors[type(exc).__name__] += 1
             latencies.append(time.perf_counter() - t)
             if latencies[-1] > 1.0 and len(slow) < 5 and r is not None:
@@ -270,12 +284,12 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
                         **hops_of(r),
                     }
                 )
+        await connection.close()
 
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=inflight)) as client:
-        tasks = [asyncio.create_task(client_loop(k, client)) for k in range(inflight)]
-        if on_tick is not None:
-            await on_tick()
-        await asyncio.gather(*tasks)
+    tasks = [asyncio.create_task(client_loop(k)) for k in range(inflight)]
+    if on_tick is not None:
+        await on_tick()
+    await asyncio.gather(*tasks)
     return {
         "statuses": dict(statuses),
         "errors": dict(errors),
