@@ -6,6 +6,7 @@ Run from the repository root, each under the shared benchmark lock:
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py overload
 """
 
 from __future__ import annotations
@@ -404,9 +405,76 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+async def open_loop(url: str, model: str, rate: float, seconds: float, patience: float) -> dict[str, Any]:
+    """Requests at a fixed rate whatever the answers (one connection each); a request
+    still unanswered ``patience`` seconds after the last was sent counts as hung."""
+    statuses: Counter[str] = Counter()
+    latencies: list[float] = []
+
+    async def one(i: int) -> None:
+        connection = RawConnection(url)
+        t = time.perf_counter()
+        try:
+            r = await connection.post(
+                f"/v1/encode/{model}",
+                json.dumps({"items": [{"text": f"overload {i}"}]}).encode(),
+                {"Accept": "application/json", "Content-Type": "application/json", "Connection": "close"},
+            )
+            code = r.headers.get("x-sie-error-code", "")
+            key = str(r.status_code) + (f" {code}" if code else "")
+            if r.status_code == 503 and not r.headers.get("retry-after"):
+                key += " without Retry-After"
+            statuses[key] += 1
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            statuses[type(exc).__name__] += 1
+        finally:
+            await connection.close()
+        latencies.append(time.perf_counter() - t)
+
+    tasks = []
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(i)))
+    _, pending = await asyncio.wait(tasks, timeout=patience)
+    for task in pending:
+        task.cancel()
+    return {
+        "sent": len(tasks),
+        "answers": dict(sorted(statuses.items())),
+        "hung": len(pending),
+        "max_latency_s": round(max(latencies), 3) if latencies else None,
+        "p50_ms": round(statistics.median(latencies) * 1000, 2) if latencies else None,
+    }
+
+
+def cmd_overload(args: argparse.Namespace) -> dict[str, Any]:
+    """4x one worker's capacity through the gateway, open loop: every answer must be
+    200 or 503 with Retry-After, and none may hang."""
+    folder = Path(tempfile.mkdtemp(prefix="sift-overload-"))
+    catalog = sleeper_catalog(folder, args.sleep_ms)
+    setup = Setup(folder)
+    os.environ["SIFT_MAX_BATCH_REQUESTS"] = str(args.batch)
+    capacity = args.batch * 1000 / args.sleep_ms
+    gateway = ["--catalog", str(catalog), "--model", "test/sleeper", "--stream-storage", args.storage]
+    gateway += ["--stream-max-msgs-per-model", "64", "--request-timeout-s", "10"]
+    try:
+        setup.cluster(1, ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate"], gateway, None, None)
+        wait_ready(setup.url, setup.procs[1], "test/sleeper")
+        while not live_workers(setup.nats_url, "test/sleeper"):
+            time.sleep(0.2)
+        out = asyncio.run(open_loop(setup.url, "test/sleeper", 4 * capacity, args.seconds, patience=30))
+        out["rate_per_s"] = 4 * capacity
+        print(out, flush=True)
+        return out
+    finally:
+        os.environ.pop("SIFT_MAX_BATCH_REQUESTS", None)
+        setup.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("latency", "bursts", "kill", "scale"))
+    p.add_argument("what", choices=("latency", "bursts", "kill", "scale", "overload"))
     p.add_argument("--n", type=int, default=200, help="sequential requests / bursts of each size")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--sleep-ms", type=float, default=50.0)
