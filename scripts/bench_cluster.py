@@ -6,6 +6,7 @@ Run from the repository root, each under the shared benchmark lock:
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py overload
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from raw_http import RawConnection, RawResponse  # scripts/, beside this file
 
 from sift_server.cluster.local import Proc, free_port, spawn, start_nats, wait_port
 from tests.cluster.conftest import live_workers
@@ -108,12 +111,37 @@ class Setup:
             proc.stop(timeout=30)
 
 
+def keep_alive(connections: int) -> httpx.Limits:
+    """Keep every connection open between requests. httpx keeps 20 by default: with
+    more in flight it closed and reopened connections all the time, and a reopened
+    one now and then waited a TCP retransmission (about 1 s) before the gateway
+    saw its request (the 1 s stall of the first measurements)."""
+    return httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def sequential(url: str, model: str, n: int) -> list[float]:
+HOPS = ("x-sift-gateway-time", "x-sift-queue-time", "x-sift-worker-time", "x-total-time")
+
+
+def hop_figures(rows: list[dict[str, float]]) -> dict[str, float]:
+    """p50 of each timing header (ms) over the responses that carried it."""
+    out: dict[str, float] = {}
+    for name in HOPS:
+        values = [r[name] for r in rows if name in r]
+        if values:
+            out[name.removeprefix("x-").removeprefix("sift-") + "_p50_ms"] = round(statistics.median(values), 3)
+    return out
+
+
+def hops_of(response: httpx.Response | RawResponse) -> dict[str, float]:
+    return {name: float(response.headers[name]) for name in HOPS if name in response.headers}
+
+
+async def sequential(url: str, model: str, n: int, hops: list[dict[str, float]] | None = None) -> list[float]:
     out = []
     async with httpx.AsyncClient(timeout=60) as client:
         for i in range(n):
@@ -125,6 +153,8 @@ async def sequential(url: str, model: str, n: int) -> list[float]:
             )
             out.append((time.perf_counter() - t) * 1000)
             assert r.status_code == 200, r.text
+            if hops is not None:
+                hops.append(hops_of(r))
             await asyncio.sleep(0.05)
     return out
 
@@ -144,9 +174,11 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
                 wait_ready(setup.url, setup.procs[1], DEFAULT_MODEL)
             os.sched_setaffinity(0, {1})
             asyncio.run(sequential(setup.url, DEFAULT_MODEL, 20))
-            lat = asyncio.run(sequential(setup.url, DEFAULT_MODEL, args.n))
+            hops: list[dict[str, float]] = []
+            lat = asyncio.run(sequential(setup.url, DEFAULT_MODEL, args.n, hops))
             os.sched_setaffinity(0, {0, 1})
             entry = {"p50_ms": round(statistics.median(lat), 3), "p90_ms": round(pct(lat, 0.9), 3), "n": len(lat)}
+            entry.update(hop_figures(hops))
             result.setdefault(kind, []).append(entry)
             print(kind, entry, flush=True)
         finally:
@@ -155,7 +187,7 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def bursts(url: str, model: str, size: int, count: int, gap: float, tag: str) -> None:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+    async with httpx.AsyncClient(timeout=60, limits=keep_alive(64)) as client:
         for b in range(count):
             await asyncio.sleep(gap)
             rs = await asyncio.gather(
@@ -213,29 +245,35 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
     ids: Counter[str] = Counter()
     served: Counter[str] = Counter()
     slow: list[dict[str, Any]] = []
+    hops: list[dict[str, float]] = []
     stop = time.monotonic() + seconds
     n = 0
 
-    async def client_loop(k: int, client: httpx.AsyncClient) -> None:
+    async def client_loop(k: int) -> None:
         nonlocal n
+        connection = RawConnection(url)
+        path = f"/v1/encode/{model}"
         while time.monotonic() < stop:
             n += 1
             rid = f"c{k}-{n}"
             t = time.perf_counter()
             r = None
             try:
-                r = await client.post(
-                    f"{url}/v1/encode/{model}",
-                    json={"items": [{"text": f"load {k} {n}"}]},
-                    headers={"X-Request-ID": rid, "Accept": "application/json"},
+                r = await connection.post(
+                    path,
+                    json.dumps({"items": [{"text": f"load {k} {n}"}]}).encode(),
+                    {"X-Request-ID": rid, "Accept": "application/json", "Content-Type": "application/json"},
                 )
                 statuses[r.status_code] += 1
                 if r.status_code == 200:
+                    hops.append(hops_of(r))
                     ids[r.headers.get("x-request-id", "")] += 1
                     served[r.headers.get("x-sift-worker", "")] += 1
                 else:
                     errors[r.headers.get("x-sie-error-code", str(r.status_code))] += 1
-            except httpx.HTTPError as exc:
+                    if r.status_code == 503 and not r.headers.get("retry-after"):
+                        errors["503 without Retry-After"] += 1
+            except (OSError, asyncio.IncompleteReadError) as exc:
                 errors[type(exc).__name__] += 1
             latencies.append(time.perf_counter() - t)
             if latencies[-1] > 1.0 and len(slow) < 5 and r is not None:
@@ -244,14 +282,15 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
                         "latency_s": round(latencies[-1], 3),
                         "worker": r.headers.get("x-sift-worker"),
                         "worker_total_ms": r.headers.get("x-total-time"),
+                        **hops_of(r),
                     }
                 )
+        await connection.close()
 
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=inflight)) as client:
-        tasks = [asyncio.create_task(client_loop(k, client)) for k in range(inflight)]
-        if on_tick is not None:
-            await on_tick()
-        await asyncio.gather(*tasks)
+    tasks = [asyncio.create_task(client_loop(k)) for k in range(inflight)]
+    if on_tick is not None:
+        await on_tick()
+    await asyncio.gather(*tasks)
     return {
         "statuses": dict(statuses),
         "errors": dict(errors),
@@ -261,8 +300,23 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "answered_twice": sum(1 for c in ids.values() if c > 1),
         "served_by": dict(sorted(served.items())),
+        **hop_figures(hops),
+        "queue_p90_ms": round(pct([h["x-sift-queue-time"] for h in hops if "x-sift-queue-time" in h] or [0.0], 0.9), 2),
         "slowest": slow,
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process(procs: list[Proc]) -> dict[str, float]:
+    out = {p.name: cpu_seconds(p.process.pid) for p in procs if p.alive()}
+    times = os.times()
+    out["client"] = times.user + times.system
+    return out
 
 
 def metric(url: str, name: str) -> float:
@@ -336,7 +390,13 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
             while len(live_workers(setup.nats_url, "test/sleeper")) < workers:
                 time.sleep(0.2)
             time.sleep(2)  # let the workers' start-up CPU settle
+            before = cpu_by_process(setup.procs)
             out = asyncio.run(closed_loop(setup.url, "test/sleeper", args.inflight, args.seconds))
+            after = cpu_by_process(setup.procs)
+            # CPU milliseconds each process spent per answered request: is the machine the limit?
+            answered = max(1, out["statuses"].get(200, 0))
+            out["cpu_ms_per_request"] = {k: round((after[k] - before[k]) * 1000 / answered, 2) for k in after}
+            out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
             result[f"workers{workers}"] = out
             print(workers, out, flush=True)
         finally:
@@ -345,9 +405,76 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+async def open_loop(url: str, model: str, rate: float, seconds: float, patience: float) -> dict[str, Any]:
+    """Requests at a fixed rate whatever the answers (one connection each); a request
+    still unanswered ``patience`` seconds after the last was sent counts as hung."""
+    statuses: Counter[str] = Counter()
+    latencies: list[float] = []
+
+    async def one(i: int) -> None:
+        connection = RawConnection(url)
+        t = time.perf_counter()
+        try:
+            r = await connection.post(
+                f"/v1/encode/{model}",
+                json.dumps({"items": [{"text": f"overload {i}"}]}).encode(),
+                {"Accept": "application/json", "Content-Type": "application/json", "Connection": "close"},
+            )
+            code = r.headers.get("x-sie-error-code", "")
+            key = str(r.status_code) + (f" {code}" if code else "")
+            if r.status_code == 503 and not r.headers.get("retry-after"):
+                key += " without Retry-After"
+            statuses[key] += 1
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            statuses[type(exc).__name__] += 1
+        finally:
+            await connection.close()
+        latencies.append(time.perf_counter() - t)
+
+    tasks = []
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(i)))
+    _, pending = await asyncio.wait(tasks, timeout=patience)
+    for task in pending:
+        task.cancel()
+    return {
+        "sent": len(tasks),
+        "answers": dict(sorted(statuses.items())),
+        "hung": len(pending),
+        "max_latency_s": round(max(latencies), 3) if latencies else None,
+        "p50_ms": round(statistics.median(latencies) * 1000, 2) if latencies else None,
+    }
+
+
+def cmd_overload(args: argparse.Namespace) -> dict[str, Any]:
+    """4x one worker's capacity through the gateway, open loop: every answer must be
+    200 or 503 with Retry-After, and none may hang."""
+    folder = Path(tempfile.mkdtemp(prefix="sift-overload-"))
+    catalog = sleeper_catalog(folder, args.sleep_ms)
+    setup = Setup(folder)
+    os.environ["SIFT_MAX_BATCH_REQUESTS"] = str(args.batch)
+    capacity = args.batch * 1000 / args.sleep_ms
+    gateway = ["--catalog", str(catalog), "--model", "test/sleeper", "--stream-storage", args.storage]
+    gateway += ["--stream-max-msgs-per-model", "64", "--request-timeout-s", "10"]
+    try:
+        setup.cluster(1, ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate"], gateway, None, None)
+        wait_ready(setup.url, setup.procs[1], "test/sleeper")
+        while not live_workers(setup.nats_url, "test/sleeper"):
+            time.sleep(0.2)
+        out = asyncio.run(open_loop(setup.url, "test/sleeper", 4 * capacity, args.seconds, patience=30))
+        out["rate_per_s"] = 4 * capacity
+        print(out, flush=True)
+        return out
+    finally:
+        os.environ.pop("SIFT_MAX_BATCH_REQUESTS", None)
+        setup.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("latency", "bursts", "kill", "scale"))
+    p.add_argument("what", choices=("latency", "bursts", "kill", "scale", "overload"))
     p.add_argument("--n", type=int, default=200, help="sequential requests / bursts of each size")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--sleep-ms", type=float, default=50.0)

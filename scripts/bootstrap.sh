@@ -31,5 +31,14 @@ python -m pip install --quiet -e ./sdk -e "./server[extract,rerank,hybrid,lora,o
 rm -rf .venv/pylate-ref
 python -m pip install --quiet --no-deps --target .venv/pylate-ref \
   "pylate==1.6.0" "sentence-transformers==5.3.0" "transformers==5.3.0" "tokenizers==0.22.2"
+# The released SIE SDK (it needs Python 3.12) and the OpenAI client, for the black-box
+# compatibility test (tests/compat): a venv of their own, nothing of Sift's in it.
+# Without that interpreter the test is skipped.
+py312="${SIFT_PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python3.12}"
+if [ -x "$py312" ]; then
+  rm -rf .venv/sie-compat
+  "$py312" -m venv .venv/sie-compat
+  .venv/sie-compat/bin/python -m pip install --quiet "sie-sdk==0.10.1" "openai==3.57.0"
+fi
 echo "$inputs" > "$stamp"
 echo "sift: environment ready in .venv"

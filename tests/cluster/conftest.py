@@ -8,11 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-import nats
-from nats.js.errors import NoKeysError
 
+from sift_server.cluster import local
 from sift_server.cluster.local import LocalCluster, Proc, spawn, start_local_cluster
-from sift_server.cluster.subjects import HEARTBEAT_BUCKET, model_token
 
 LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
@@ -34,20 +32,7 @@ def add_worker(cluster: LocalCluster, worker_id: str, args: Sequence[str]) -> Pr
 
 
 def live_workers(nats_url: str, model: str) -> set[str]:
-    async def read() -> set[str]:
-        nc = await nats.connect(nats_url)
-        try:
-            kv = await nc.jetstream().key_value(HEARTBEAT_BUCKET)
-            try:
-                keys = await kv.keys()
-            except NoKeysError:
-                return set()
-            prefix = model_token(model) + "."
-            return {k[len(prefix) :] for k in keys if k.startswith(prefix)}
-        finally:
-            await nc.close()
-
-    return asyncio.run(read())
+    return asyncio.run(local.live_workers(nats_url, model))
 
 
 def wait_for(predicate: object, what: str, timeout: float = 120.0) -> None:
@@ -59,12 +44,19 @@ def wait_for(predicate: object, what: str, timeout: float = 120.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def wait_workers(cluster: LocalCluster, model: str, ids: set[str], timeout: float = 180.0) -> None:
+def wait_workers(
+    cluster: LocalCluster, model: str, ids: set[str], timeout: float = 180.0, headers: dict[str, str] | None = None
+) -> None:
+    """Until the workers' heartbeats are there and the gateway has seen one of them."""
+
     def ready() -> bool:
         for proc in cluster.workers:
             if proc.name in ids and not proc.alive():
                 raise AssertionError(f"{proc.name} exited:\n{proc.log()}")
-        return ids <= live_workers(cluster.nats_url, model)
+        if not ids <= live_workers(cluster.nats_url, model):
+            return False
+        described = httpx.get(f"{cluster.url}/v1/models/{model}", headers=headers or {}, timeout=30)
+        return described.status_code == 200 and described.json()["loaded"] is True
 
     wait_for(ready, f"workers {ids} for {model}", timeout)
 

@@ -3,16 +3,30 @@ request past its deadline, and the drains of a worker and of the gateway."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import nats
 import pytest
 
+from sift_server.cluster.codec import WorkRequest, pack_request
 from sift_server.cluster.local import LocalCluster, Proc, free_port, spawn, wait_port
+from sift_server.cluster.subjects import (
+    DEADLINE_HEADER,
+    MSG_ID_HEADER,
+    REPLY_HEADER,
+    STREAM,
+    durable_name,
+    work_subject,
+)
 from tests.cluster.conftest import LAUNCHER, add_worker, metric, post, start_cluster, wait_for, wait_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
@@ -100,9 +114,67 @@ def test_worker_killed_mid_forward_is_redelivered_and_answered_once(cluster: Loc
     survivor.stop()
 
 
+def publish_expired(nats_url: str, model: str, text: str) -> str:
+    """Put a request whose deadline passed a minute ago on the model's queue, as a
+    gateway would have (it waits no more); the subject its reply would go to."""
+    reply_to = f"_SIFT.test-expired.{uuid.uuid4().hex}"
+
+    async def publish() -> None:
+        nc = await nats.connect(nats_url)
+        try:
+            work = WorkRequest(
+                f"/v1/encode/{model}",
+                [("content-type", "application/json"), ("accept", "application/json")],
+                json.dumps({"items": [{"text": text}]}).encode(),
+            )
+            headers = {
+                MSG_ID_HEADER: uuid.uuid4().hex,
+                REPLY_HEADER: reply_to,
+                DEADLINE_HEADER: f"{time.time() - 60:.6f}",
+            }
+            await nc.jetstream().publish(work_subject(model), pack_request(work), headers=headers)
+        finally:
+            await nc.close()
+
+    asyncio.run(publish())
+    return reply_to
+
+
+def consumer_state(nats_url: str, model: str) -> tuple[int, int]:
+    """(messages waiting, messages delivered and not yet acknowledged or terminated)."""
+
+    async def read() -> tuple[int, int]:
+        nc = await nats.connect(nats_url)
+        try:
+            info = await nc.jetstream().consumer_info(STREAM, durable_name(model))
+            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
 def test_request_past_its_deadline_is_not_run(cluster: LocalCluster, paths: Paths) -> None:
-    # A second gateway whose requests live 2 s; one worker taking one message at a
-    # time, whose forward takes 4 s: the second request waits past its deadline.
+    # No clock race: the deadline passed before the message was published. One
+    # message at a time, in queue order: once the request published after it is
+    # answered, the expired one has been taken (and must have been dropped).
+    worker = add_worker(cluster, "d-a", worker_args(paths, "--max-inflight", "1"))
+    try:
+        wait_workers(cluster, SLOW, {"d-a"})
+        before = markers(paths)
+        publish_expired(cluster.nats_url, SLOW, "expired")
+        after = post(cluster.url, SLOW, ["after"])
+        assert after.status_code == 200, after.text
+        assert len(markers(paths)) == len(before) + 1  # "after" ran, "expired" did not
+        # Terminated, not left for redelivery: nothing waits and nothing is held.
+        wait_for(lambda: consumer_state(cluster.nats_url, SLOW) == (0, 0), "the consumer to settle", 30)
+    finally:
+        worker.stop()
+
+
+def test_gateway_answers_503_when_no_reply_comes_in_time(cluster: LocalCluster, paths: Paths) -> None:
+    # A second gateway whose requests live 1 s, against a forward of 4 s: a slower
+    # machine only makes the reply later, so the 503 cannot be missed.
     port = free_port()
     gateway = spawn(
         "gateway-short",
@@ -118,46 +190,20 @@ def test_request_past_its_deadline_is_not_run(cluster: LocalCluster, paths: Path
             "--model",
             SLOW,
             "--request-timeout-s",
-            "2",
+            "1",
         ],
         cluster.folder / "gateway-short.log",
     )
-    args = [
-        "--catalog",
-        str(paths.catalog),
-        "--model",
-        SLOWER,
-        "--no-calibrate",
-        # Far above the progress interval: a loaded machine delaying a progress
-        # message must not make the first forward's message be delivered again.
-        "--ack-wait-s",
-        "10",
-        "--progress-interval-s",
-        "1",
-        "--max-inflight",
-        "1",
-    ]
-    worker = add_worker(cluster, "d-a", args)
+    worker = add_worker(cluster, "d-b", [*worker_args(paths), "--model", SLOWER])
     try:
         wait_port(port, gateway, 120)
-        wait_workers(cluster, SLOWER, {"d-a"})
-        url = f"http://127.0.0.1:{port}"
-        before = markers(paths)
-        results: list[httpx.Response] = []
-        first = threading.Thread(target=lambda: results.append(post(url, SLOWER, ["first"])), daemon=True)
-        first.start()
-        wait_for(lambda: len(markers(paths)) > len(before), "the first forward", 60)
-        second = threading.Thread(target=lambda: results.append(post(url, SLOWER, ["second"])), daemon=True)
-        second.start()
-        first.join(60)
-        second.join(60)
-        # Both timed out at the gateway (the forward takes 4 s)...
-        assert sorted(r.status_code for r in results) == [503, 503]
-        assert all(r.headers["retry-after"] for r in results)
-        # ...and the second, delivered after its deadline, never ran. The worker is still
-        # serving: a request through the patient gateway is answered.
-        assert post(cluster.url, SLOWER, ["after"]).status_code == 200
-        assert len(markers(paths)) == len(before) + 2  # the first and "after", not "second"
+        wait_workers(cluster, SLOWER, {"d-b"})
+        short = f"http://127.0.0.1:{port}"
+        wait_for(lambda: httpx.get(f"{short}/v1/models/{SLOWER}").json()["loaded"], "the short gateway", 30)
+        response = post(short, SLOWER, ["too slow"])
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"]
+        assert response.json()["detail"]["code"] == "QUEUE_FULL"
     finally:
         gateway.stop()
         worker.stop()

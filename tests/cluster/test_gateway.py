@@ -41,8 +41,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     try:
         add_worker(cluster, "w-tiny", [*common, "--model", TINY_EMBEDDER])
         add_worker(cluster, "w-sleep", [*common, "--model", "test/sleeper", "--preload", "test/slow"])
-        wait_workers(cluster, TINY_EMBEDDER, {"w-tiny"})
-        wait_workers(cluster, "test/slow", {"w-sleep"})
+        wait_workers(cluster, TINY_EMBEDDER, {"w-tiny"}, headers=AUTH)
+        wait_workers(cluster, "test/slow", {"w-sleep"}, headers=AUTH)
         yield cluster
     finally:
         cluster.stop()
@@ -158,6 +158,12 @@ def test_gateway_serves_models_list_and_health(cluster: LocalCluster, tmp_path: 
     assert httpx.get(cluster.url + "/healthz").text == "ok"
     names = [m["name"] for m in httpx.get(cluster.url + "/v1/models", headers=AUTH).json()["models"]]
     assert TINY_EMBEDDER in names and "test/slow" in names
+    # Described as sift serve describes a loaded model, from a live worker's heartbeat.
+    tiny = httpx.get(f"{cluster.url}/v1/models/{TINY_EMBEDDER}", headers=AUTH).json()
+    assert tiny["loaded"] is True and tiny["dims"] == {"dense": 32} and tiny["outputs"] == ["dense"]
+    orphan = httpx.get(f"{cluster.url}/v1/models/test/orphan", headers=AUTH).json()
+    assert orphan["loaded"] is False and orphan["dims"] == {}
+    assert httpx.get(f"{cluster.url}/v1/models/no/such-model", headers=AUTH).status_code == 404
 
 
 def test_sdk_works_through_the_gateway(cluster: LocalCluster) -> None:

@@ -43,7 +43,7 @@ class ArmError(RuntimeError):
 class Arm:
     name: str
     policy: str
-    kind: Literal["policy", "rev"] = "policy"
+    kind: Literal["policy", "rev", "gateway"] = "policy"
     ref: str | None = None
     commit: str | None = None
     folder: Path | None = None
@@ -93,6 +93,25 @@ def backend_arm(name: str, policy: str = "adaptive") -> Arm:
     if not is_backend_arm(name):
         raise ArmError(f"not a backend arm: {name!r} (one of {', '.join(BACKEND_ARMS)}, optionally :PRECISION)")
     return Arm(name=name, policy=policy, backend=_BARE.get(name, name))
+
+
+GATEWAY_ARM = "gateway"
+
+
+def is_gateway_arm(name: str) -> bool:
+    """``gateway`` (the adaptive policy) or ``gateway:POLICY``."""
+    from sift_server.engine.policy import POLICIES
+
+    head, _, policy = name.partition(":")
+    return head == GATEWAY_ARM and (not policy or policy in POLICIES)
+
+
+def gateway_arm(name: str) -> Arm:
+    """The current tree through the queue path: nats-server, a gateway, one worker
+    running the policy (bench/cluster_server.py), instead of one ``sift serve``."""
+    if not is_gateway_arm(name):
+        raise ArmError(f"not a gateway arm: {name!r} (gateway or gateway:POLICY)")
+    return Arm(name=name, policy=name.partition(":")[2] or "adaptive", kind="gateway")
 
 
 # ---- hashing ------------------------------------------------------------

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sift_server.bench.heads import HEADS
 from sift_server.bench.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
@@ -19,6 +19,9 @@ from sift_server.bench.server_proc import default_cpus
 from sift_server.bench.workload import WORKLOADS
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.policy import POLICIES
+
+if TYPE_CHECKING:
+    from sift_server.bench.arms import Arm
 
 # Test heads are built once per machine (tens of seconds) and reused.
 HEADS_CACHE = Path.home() / ".cache" / "sift" / "bench-heads"
@@ -43,11 +46,21 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _arm(text: str) -> str:
-    from sift_server.bench.arms import is_backend_arm
+    from sift_server.bench.arms import is_backend_arm, is_gateway_arm
 
-    if text in POLICIES or is_backend_arm(text):
+    if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text):
         return text
-    raise argparse.ArgumentTypeError(f"not a policy ({', '.join(POLICIES)}) nor a backend arm: {text!r}")
+    raise argparse.ArgumentTypeError(
+        f"not a policy ({', '.join(POLICIES)}), a backend arm nor a gateway arm: {text!r}"
+    )
+
+
+def _make_arm(name: str) -> Arm:
+    from sift_server.bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm
+
+    if name in POLICIES:
+        return policy_arm(name)
+    return gateway_arm(name) if is_gateway_arm(name) else backend_arm(name)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arms.add_argument("--arm", action="append", type=_arm, metavar="ARM",
                       help=f"a policy of the current tree ({', '.join(POLICIES)}) or a backend arm "
                       "(torch, onnx, openvino, auto, optionally :PRECISION, e.g. openvino:fp32) "
+                      "or gateway[:POLICY] (through nats-server, a gateway and one worker) "
                       "(repeatable); default: all three policies unless --rev is given")  # fmt: skip
     arms.add_argument("--rev", action="append", default=[], metavar="REF",
                       help="a git revision, archived and run with --rev-policy (repeatable)")  # fmt: skip
@@ -134,11 +148,8 @@ def _rebuild(path: Path, make_plots: bool) -> int:
 
 def main(args: argparse.Namespace) -> int:
     from sift_server.bench.arms import (
-        Arm,
         ArmError,
-        backend_arm,
         check_rev_imports,
-        policy_arm,
         prepare_rev_arm,
         repo_root,
     )
@@ -182,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
         request = RequestSpec("extract", labels=tuple(labels))
 
     policies = args.arm or ([] if args.rev else list(POLICIES))
-    arms: list[Arm] = [policy_arm(p) if p in POLICIES else backend_arm(p) for p in dict.fromkeys(policies)]
+    arms: list[Arm] = [_make_arm(p) for p in dict.fromkeys(policies)]
     rev_root: Path | None = None
     try:
         if args.rev:

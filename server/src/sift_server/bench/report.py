@@ -262,6 +262,8 @@ def markdown(results: Mapping[str, Any]) -> str:
         else:
             dirty = " + uncommitted changes" if wt.get("dirty") else ""
             code = f"current tree ({(wt.get('head') or '?')[:12]}{dirty}, files {wt.get('digest', '?')[:12]})"
+            if arm["kind"] == "gateway":
+                code += ", through nats-server + sift gateway + one sift worker"
         arow.append([arm["name"], arm["policy"], code])
     lines += [md_table(["arm", "policy", "code"], arow), ""]
     lines += ["Orders: " + "; ".join(f"trial {i + 1}: " + " → ".join(o) for i, o in enumerate(results["orders"])), ""]

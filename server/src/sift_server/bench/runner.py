@@ -32,6 +32,7 @@ from sift_server.bench.arms import (
 )
 from sift_server.bench.ceiling import GRID, run_ceiling
 from sift_server.bench.client import ClientKind, fetch_dims, make_transport
+from sift_server.bench.cluster_server import ClusterServer
 from sift_server.bench.join import JoinResult, burst_pattern, join_requests
 from sift_server.bench.ordering import trial_orders
 from sift_server.bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
@@ -236,7 +237,8 @@ def run_one(
         ready_timeout_s=config.ready_timeout_s,
         extra_args=arm.server_args,
     )
-    server = ServerProcess(spec)
+    # A gateway arm: the same phases through nats-server, a gateway and one worker.
+    server = ClusterServer(spec) if arm.kind == "gateway" else ServerProcess(spec)
     sampler: CpuSampler | None = None
     warm: list[PhaseResult] = []
     measured: list[PhaseResult] = []

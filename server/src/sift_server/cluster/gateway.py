@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -27,19 +28,22 @@ from nats.js.errors import APIError, NoKeysError
 from nats.js.kv import KeyValue
 from prometheus_client import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from sift_server import __version__
-from sift_server.api import health, models
+from sift_server.api import health
 from sift_server.api.app import _http_exception
 from sift_server.api.body import read_body
 from sift_server.api.errors import native_error, openai_error
 from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.models import model_info
 from sift_server.api.native import request_id_of
 from sift_server.api.openai import _OPENAPI_BODY
 from sift_server.api.openai import _parse as parse_embeddings
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import FORWARDED_HEADERS, WorkReply, WorkRequest, pack_request, unpack_reply
+from sift_server.cluster.heartbeat import describe_through_gateway
+from sift_server.cluster.hops import PUBLISHED_HEADER, gateway_header, stamp
 from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
@@ -91,6 +95,7 @@ class Gateway:
         self.kv: KeyValue | None = None
         self.pending: dict[str, asyncio.Future[WorkReply]] = {}
         self.live: set[str] = set()
+        self.live_keys: dict[str, list[str]] = {}
         self._live_read = 0.0
         self._poller: asyncio.Task[None] | None = None
         self.duplicates = Counter(
@@ -137,7 +142,11 @@ class Gateway:
             keys = await self.kv.keys()
         except NoKeysError:
             keys = []
-        self.live = {model_of_heartbeat_key(k) for k in keys}
+        live_keys: dict[str, list[str]] = {}
+        for key in keys:
+            live_keys.setdefault(model_of_heartbeat_key(key), []).append(key)
+        self.live_keys = live_keys
+        self.live = set(live_keys)
         self._live_read = time.monotonic()
 
     async def _poll_live(self) -> None:
@@ -157,6 +166,20 @@ class Gateway:
             await self.refresh_live()
         return token in self.live
 
+    async def worker_view(self, model: str) -> dict[str, Any] | None:
+        """What a live worker's heartbeat says of the loaded model (None: no live worker)."""
+        assert self.kv is not None
+        for key in self.live_keys.get(model_token(model), []):
+            try:
+                entry = await self.kv.get(key)
+            except Exception:
+                continue  # gone since the last read
+            if entry.value:
+                view = json.loads(entry.value).get("model")
+                if isinstance(view, dict):
+                    return view
+        return None
+
     async def call(self, model: str, work: WorkRequest) -> WorkReply:
         """Publish one request and wait for its reply (raises SiftError)."""
         assert self.js is not None
@@ -170,6 +193,7 @@ class Gateway:
             MSG_ID_HEADER: request_id,
             REPLY_HEADER: reply_subject(self.gateway_id, request_id),
             DEADLINE_HEADER: f"{time.time() + timeout:.6f}",
+            PUBLISHED_HEADER: stamp(time.time()),
         }
         try:
             try:
@@ -193,8 +217,10 @@ class Gateway:
             self.pending.pop(request_id, None)
 
 
-def _relay(reply: WorkReply) -> Response:
+def _relay(reply: WorkReply, started: float) -> Response:
     headers = {k: v for k, v in reply.headers if k.lower() != "content-length"}
+    name, value = gateway_header(started, time.perf_counter())
+    headers[name] = value
     return Response(reply.body, status_code=reply.status, headers=headers)
 
 
@@ -224,7 +250,7 @@ async def _native(request: Request, model: str, endpoint: str) -> Response:
         state.metrics.count(model, endpoint, error.status)
         return native_error(error, state.runtime_instance)
     state.metrics.count(model, endpoint, reply.status, time.perf_counter() - started)
-    return _relay(reply)
+    return _relay(reply, started)
 
 
 @router.post("/v1/encode/{model:path}", summary="Embed items (dense vectors)")
@@ -260,7 +286,30 @@ async def embeddings(request: Request) -> Response:
         state.metrics.count(model, "embeddings", error.status)
         return openai_error(error)
     state.metrics.count(model, "embeddings", reply.status, time.perf_counter() - started)
-    return _relay(reply)
+    return _relay(reply, started)
+
+
+async def _described(gateway: Gateway, state: ServerState, name: str) -> dict[str, Any]:
+    record = state.registry.record(name)
+    view = await gateway.worker_view(name) if await gateway.has_worker(name) else None
+    return describe_through_gateway(model_info(record, state.runtime_instance), view)
+
+
+@router.get("/v1/models", summary="List the catalog's models")
+async def list_models(request: Request) -> Response:
+    state: ServerState = request.app.state.sift
+    gateway: Gateway = request.app.state.gateway
+    described = [await _described(gateway, state, name) for name in state.registry.catalog.names()]
+    return JSONResponse({"models": described})
+
+
+@router.get("/v1/models/{model:path}", summary="Describe one model")
+async def get_model(request: Request, model: str) -> Response:
+    state: ServerState = request.app.state.sift
+    try:
+        return JSONResponse(await _described(request.app.state.gateway, state, model))
+    except SiftError as error:
+        return native_error(error)
 
 
 def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
@@ -286,7 +335,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
     app.state.sift = state
     app.state.gateway = gateway
     app.add_exception_handler(StarletteHTTPException, _http_exception)
-    for module_router in (router, models.router, health.router):
+    for module_router in (router, health.router):
         app.include_router(module_router)
     app.add_middleware(SiftMiddleware, state=state)
     return app

@@ -16,6 +16,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+async def live_workers(nats_url: str, model: str) -> set[str]:
+    """The ids of the workers whose heartbeat for ``model`` is current."""
+    import nats
+    from nats.js.errors import NoKeysError
+
+    from sift_server.cluster.subjects import HEARTBEAT_BUCKET, model_token
+
+    nc = await nats.connect(nats_url)
+    try:
+        try:
+            kv = await nc.jetstream().key_value(HEARTBEAT_BUCKET)
+            keys = await kv.keys()
+        except (NoKeysError, nats.js.errors.BucketNotFoundError):
+            return set()
+        prefix = model_token(model) + "."
+        return {k[len(prefix) :] for k in keys if k.startswith(prefix)}
+    finally:
+        await nc.close()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -40,8 +40,11 @@ from starlette.types import Message
 
 from sift_server.api.app import build_state, create_app
 from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.models import model_info
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
+from sift_server.cluster.heartbeat import worker_view
+from sift_server.cluster.hops import PUBLISHED_HEADER, worker_headers
 from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartbeat_bucket
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
@@ -211,6 +214,7 @@ class ModelPuller:
                 self._wanted.set()
             return  # 100: idle heartbeat
         arrived = time.perf_counter()
+        delivered = time.time()
         self._answered()
         if self.stopping:
             # Draining: hand it straight back to the other workers.
@@ -222,11 +226,11 @@ class ModelPuller:
         self._ids += 1
         key = self._ids
         self.inflight[key] = msg
-        task = asyncio.ensure_future(self._handle(key, msg, ticket))
+        task = asyncio.ensure_future(self._handle(key, msg, ticket, delivered))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _handle(self, key: int, msg: Msg, ticket: IngressTicket | None) -> None:
+    async def _handle(self, key: int, msg: Msg, ticket: IngressTicket | None, delivered: float) -> None:
         try:
             headers = msg.headers or {}
             deadline = float(headers.get(DEADLINE_HEADER, "inf"))
@@ -249,6 +253,7 @@ class ModelPuller:
                 await msg.nak()  # this worker is stopping: another one runs it now
                 return
             reply.headers.append((WORKER_HEADER, self.owner.worker_id))
+            reply.headers.extend(worker_headers(headers.get(PUBLISHED_HEADER), delivered, time.time()))
             reply_to = headers.get(REPLY_HEADER)
             if reply_to and self.owner.nc is not None:
                 await self.owner.nc.publish(reply_to, pack_reply(reply))
@@ -333,9 +338,11 @@ class StreamWorker:
 
     async def _beat(self) -> None:
         assert self.kv is not None
-        value = json.dumps({"worker": self.worker_id, "pid": os.getpid(), "at": time.time()}).encode()
         for name in self.models:
-            await self.kv.put(heartbeat_key(name, self.worker_id), value)
+            record = self.state.registry.records.get(name)
+            described = model_info(record, self.state.runtime_instance) if record is not None else {}
+            value = {"worker": self.worker_id, "pid": os.getpid(), "at": time.time(), "model": worker_view(described)}
+            await self.kv.put(heartbeat_key(name, self.worker_id), json.dumps(value).encode())
 
     async def _unbeat(self) -> None:
         if self.kv is None:
