@@ -156,18 +156,14 @@ def test_percent_encoded_model_name_reaches_the_same_model(server: ServerProcess
 
 def test_cold_model_answers_model_loading_then_serves(server: ServerProcess) -> None:
     path = "/v1/encode/tiny/embedder"
+    before = server.output.mark()
     first = post_msgpack(server, path, {"items": [{"text": "x"}]})
     assert first.status_code == 503
     assert first.json()["detail"]["code"] == "MODEL_LOADING"
     assert int(first.headers["Retry-After"]) >= 1
-    import time
-
-    for _ in range(600):
-        again = post_msgpack(server, path, {"items": [{"text": "x"}]})
-        if again.status_code == 200:
-            break
-        assert again.json()["detail"]["code"] == "MODEL_LOADING"
-        time.sleep(0.1)
+    # The registry logs this line once the model serves: wait for it rather than polling the endpoint.
+    server.output.wait_for_line("model tiny/embedder loaded", timeout=120, after=before)
+    again = post_msgpack(server, path, {"items": [{"text": "x"}]})
     assert again.status_code == 200
     assert msgpack.unpackb(again.content, raw=False)["items"][0]["dense"]["dims"] == 32
     info = httpx.get(server.url + "/v1/models/tiny/embedder").json()

@@ -258,7 +258,7 @@ def test_arrival_model_predicts_lone_traffic_from_sequential_history() -> None:
     model = ArrivalModel(link_gap=2 * MS)
     for i in range(5):
         model.observe(i * 10 * MS)
-    assert model.predicted_size(40 * MS) == 1
+    assert model.expected_size == 1
     for i in range(6):
         model.observe(100 * MS + i * 0.1 * MS)
     model.observe(200 * MS)
@@ -303,7 +303,7 @@ def test_adaptive_does_not_hold_for_companions_that_already_ran() -> None:
     h.run_forward(0.2 * MS)
     h.clock.advance(0.1 * MS)
     h.arrive("c")
-    assert h.arrivals.current_cluster_size(h.clock()) == 3
+    assert h.arrivals.cluster_size == 3
     assert h.decide() == Dispatch("default", "lone")
 
 

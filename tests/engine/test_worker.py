@@ -13,7 +13,7 @@ import pytest
 from sift_server.adapters.base import Part, Prepared
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.clock import FakeClock
-from sift_server.engine.policy import AdaptivePolicy, ImmediatePolicy, TimedPolicy
+from sift_server.engine.policy import AdaptivePolicy, Decision, ImmediatePolicy, TimedPolicy, WaitUntil
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.worker import ModelWorker, WorkerConfig
 from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown
@@ -43,6 +43,33 @@ def prepared(*names: str, key: object = None) -> Prepared:
     return Prepared(item_costs=[4] * len(names), compat_key=key, payload=list(names))
 
 
+class DecisionLog:
+    """The decisions the worker's scheduler returns, in order, to be awaited one by one."""
+
+    def __init__(self) -> None:
+        self._arrived = asyncio.Queue[Decision]()
+
+    def add(self, decision: Decision) -> None:
+        self._arrived.put_nowait(decision)
+
+    async def next(self) -> Decision:
+        return await asyncio.wait_for(self._arrived.get(), 30)
+
+
+def record_decisions(worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> DecisionLog:
+    """Log every decision of ``worker`` from now on (a test waits on one instead of counting loop turns)."""
+    log = DecisionLog()
+    decide = worker.scheduler.decide
+
+    def recording(now: float) -> Decision:
+        decision = decide(now)
+        log.add(decision)
+        return decision
+
+    monkeypatch.setattr(worker.scheduler, "decide", recording)
+    return log
+
+
 def make_worker(forward: FakeForward, policy: Any = None, **config: Any) -> ModelWorker:
     worker = ModelWorker("m", forward, policy or ImmediatePolicy(), WorkerConfig(scheduler=SchedulerConfig(**config)))
     worker.start()
@@ -69,13 +96,13 @@ async def test_a_burst_arriving_in_one_loop_turn_runs_as_one_forward() -> None:
     await worker.close(1.0)
 
 
-async def test_requests_in_ingress_hold_the_forward_until_admitted() -> None:
+async def test_requests_in_ingress_hold_the_forward_until_admitted(monkeypatch: pytest.MonkeyPatch) -> None:
     forward = FakeForward()
     worker = make_worker(forward, AdaptivePolicy(max_hold=30.0))
     tickets_in_ingress = [worker.ingress.begin(0.0) for _ in range(3)]
+    decisions = record_decisions(worker, monkeypatch)
     first = worker.submit(prepared("a"), request_id="a", ingress=tickets_in_ingress[0])
-    await asyncio.sleep(0)  # let the scheduler see the state: two still in ingress
-    await asyncio.sleep(0)
+    assert isinstance(await decisions.next(), WaitUntil)  # two still in ingress: hold
     assert forward.batches == []
     second = worker.submit(prepared("b"), request_id="b", ingress=tickets_in_ingress[1])
     tickets_in_ingress[2].end()  # this one failed validation and never arrives

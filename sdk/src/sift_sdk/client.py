@@ -1,4 +1,6 @@
-"""Synchronous client."""
+# Generated from async_client.py by sdk/scripts/unasync.py: edit that file, then run
+# `python sdk/scripts/unasync.py`. tests/sdk/test_sdk_clients_in_step.py checks it.
+"""Synchronous client (httpx.Client)."""
 
 from __future__ import annotations
 

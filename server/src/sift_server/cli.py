@@ -1,4 +1,18 @@
-"""The ``sift`` command: serve, models, bench, simulate, overhead, primitives."""
+"""The ``sift`` command.
+
+Serving:
+  serve       serve models over HTTP on one machine
+  models      list the catalog (or a running server's models with --url)
+  gateway     the HTTP API with no model, sending work to workers over NATS JetStream
+  worker      load models and serve their work from NATS JetStream
+  cluster     a NATS server, a gateway and N workers on one machine, to try scale-out
+
+Measuring:
+  bench       compare batching policies or code revisions through the HTTP API
+  simulate    replay arrival traces through the batching policies on a virtual clock
+  overhead    cold start, memory and what the server adds to one request over the in-process forward
+  primitives  score and extract through the server against the reference library's own batch call
+"""
 
 from __future__ import annotations
 

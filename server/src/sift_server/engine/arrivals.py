@@ -112,7 +112,6 @@ class ArrivalModel:
     # Background requests/s before the latest cluster began (0: no history).
     cluster_prior_rate: float = 0.0
     last_arrival: float = float("-inf")
-    clusters_seen: int = 0
     bursts_seen: int = 0
     recent_bursts: deque[BurstShape] = field(default_factory=deque)
     # Remembered arrivals (time, whether it found earlier work in flight) and
@@ -160,7 +159,6 @@ class ArrivalModel:
     def _close_cluster(self) -> None:
         if self.cluster_size == 0:
             return
-        self.clusters_seen += 1
         if not self.cluster_isolated:
             return
         if not self.cluster_is_burst:
@@ -220,17 +218,3 @@ class ArrivalModel:
         mean = sum(b.span for b in self.recent_bursts) / sum(b.size - 1 for b in self.recent_bursts)
         allowance = max(self.widest_gap_factor * widest, self.mean_gap_factor / bursts * mean)
         return min(max(self.link_gap, self.busy_link_gap), max(self.min_follow_gap, allowance))
-
-    def current_cluster_size(self, now: float) -> int:
-        """Arrivals of the cluster still open at ``now`` (0 if it has gone quiet)."""
-        if now - self.last_arrival > self.link_gap:
-            return 0
-        return self.cluster_size
-
-    def predicted_size(self, now: float) -> int:
-        """Expected size of the cluster in progress, never less than what
-        already arrived (counting those already dispatched)."""
-        current = self.current_cluster_size(now)
-        if not self.cluster_isolated:
-            return current
-        return max(self.expected_size, current)

@@ -67,24 +67,6 @@ class JsonlTrace:
             self._file.close()
 
 
-class MemoryTrace:
-    """Keeps records in memory (tests, the admin endpoint)."""
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self.records: list[ForwardRecord] = []
-        self._limit = limit
-        self._lock = threading.Lock()
-
-    def write(self, record: ForwardRecord) -> None:
-        with self._lock:
-            self.records.append(record)
-            if len(self.records) > self._limit:
-                del self.records[: len(self.records) - self._limit]
-
-    def close(self) -> None:
-        return None
-
-
 def read_trace(path: Path) -> list[ForwardRecord]:
     records = []
     with path.open(encoding="utf-8") as handle:
