@@ -126,3 +126,24 @@ def test_trace_line_is_the_record_as_json(tmp_path: Path) -> None:
     line = (tmp_path / "t.jsonl").read_text()
     assert line.endswith("\n") and line.count("\n") == 1
     assert ForwardRecord(**json.loads(line)) == record
+
+
+async def test_middleware_without_the_fast_path_leaves_native_posts_to_the_app() -> None:
+    """The cluster gateway wraps its own native routes (forwarding to workers) in
+    SiftMiddleware: there the middleware must not answer them from a local registry."""
+    from starlette.types import Receive, Scope, Send
+
+    from sift_server.api.middleware import SiftMiddleware
+
+    reached: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    state = build_state(Settings(calibrate=False))
+    transport = httpx.ASGITransport(app=SiftMiddleware(app, state=state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
+        response = await client.post("/v1/encode/some/model", json={"items": [{"text": "x"}]})
+    assert response.status_code == 204 and reached == ["/v1/encode/some/model"]

@@ -44,9 +44,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 class SiftMiddleware:
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+    """``answer_native``: answer the native POST routes here from ``state``'s
+    registry (``sift serve``). Off where the app's native routes do something
+    else (the cluster gateway forwards them to workers)."""
+
+    def __init__(self, app: ASGIApp, state: ServerState, *, answer_native: bool = False) -> None:
         self.app = app
         self.state = state
+        self.answer_native = answer_native
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,7 +83,7 @@ class SiftMiddleware:
             if ticket is not None:
                 scope["sift.ingress"] = ticket
             try:
-                if not await serve_native(scope, receive, send, state):
+                if not (self.answer_native and await serve_native(scope, receive, send, state)):
                     await self.app(scope, receive, send)
             finally:
                 if ticket is not None:
