@@ -40,14 +40,23 @@ class Metrics:
             "sift_forward_seconds", "Forward wall time.", ["model"], registry=self.registry
         )
         self.queue_depth = Gauge("sie_queue_depth", "Items queued per model.", ["model"], registry=self.registry)
+        # Labelled children by label values: ``labels()`` costs microseconds per call.
+        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def count(self, model: str, endpoint: str, status: int, seconds: float | None = None) -> None:
         """One finished request. Names outside the catalog share one label value,
         so clients cannot grow the label set without bound."""
         label = model if model in self.known_models else "(other)"
-        self.requests.labels(label, endpoint, str(status)).inc()
+        key = (label, endpoint, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._request_children.setdefault(
+                key,
+                (self.requests.labels(label, endpoint, str(status)), self.duration.labels(label, endpoint, "total")),
+            )
+        children[0].inc()
         if seconds is not None:
-            self.duration.labels(label, endpoint, "total").observe(seconds)
+            children[1].observe(seconds)
 
     def observe_forward(self, record: ForwardRecord) -> None:
         self.batch_items.labels(record.model).observe(record.items)

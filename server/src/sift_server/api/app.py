@@ -128,5 +128,5 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     for module in (native, openai, models, health):
         app.include_router(module.router)
-    app.add_middleware(SiftMiddleware, state=state)
+    app.add_middleware(SiftMiddleware, state=state, answer_native=True)
     return app

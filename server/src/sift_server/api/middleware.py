@@ -1,6 +1,7 @@
 """Pure ASGI middleware on the hot path: drain gate, API key, declared body
-size, and the ingress count (a request is counted the moment its headers
-arrive, before its body is read)."""
+size, the ingress count (a request is counted the moment its headers arrive,
+before its body is read), and the native POST routes answered directly
+(``api.native.serve_native``) rather than through FastAPI's router."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sift_server.api.errors import OPENAI_PATH, envelope_for_path
+from sift_server.api.native import serve_native
 from sift_server.api.state import ServerState
 from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthorized
 from sift_server.service.common import split_profile
@@ -42,9 +44,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 class SiftMiddleware:
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+    """``answer_native``: answer the native POST routes here from ``state``'s
+    registry (``sift serve``). Off where the app's native routes do something
+    else (the cluster gateway forwards them to workers)."""
+
+    def __init__(self, app: ASGIApp, state: ServerState, *, answer_native: bool = False) -> None:
         self.app = app
         self.state = state
+        self.answer_native = answer_native
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,11 +82,13 @@ class SiftMiddleware:
             ticket = self._ingress(path)
             if ticket is not None:
                 scope["sift.ingress"] = ticket
-                try:
+            try:
+                if not (self.answer_native and await serve_native(scope, receive, send, state)):
                     await self.app(scope, receive, send)
-                finally:
+            finally:
+                if ticket is not None:
                     ticket.end()
-                return
+            return
         await self.app(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:

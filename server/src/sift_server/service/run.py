@@ -81,16 +81,33 @@ async def run_task(
     if ctx.disconnected is None:
         outputs = await ticket.future
     else:
-        gone = asyncio.ensure_future(ctx.disconnected())
-        try:
-            done, _ = await asyncio.wait({ticket.future, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if ticket.future not in done:
-            # Leaves the queue if not started; a running forward drops its result.
-            ticket.future.cancel()
-            raise RequestCancelled("The client disconnected before the result was ready.")
-        outputs = ticket.future.result()
+        outputs = await _unless_disconnected(ticket.future, ctx.disconnected)
     timing.queue_s = ticket.timing.queue_s
     timing.inference_s = ticket.timing.inference_s
     return outputs, prepared
+
+
+async def _unless_disconnected(
+    future: asyncio.Future[list[Any]], disconnected: Callable[[], Awaitable[Any]]
+) -> list[Any]:
+    """The future's result, unless the client disconnects first: then the future is
+    cancelled (it leaves the queue if not started; a running forward drops its
+    result) and the request ends as cancelled. Callbacks rather than
+    ``asyncio.wait``: one task per request and nothing else on the hot path."""
+    gone: asyncio.Future[Any] = asyncio.ensure_future(disconnected())
+
+    def on_gone(task: asyncio.Future[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed watch counts as a disconnect
+            future.cancel()
+
+    gone.add_done_callback(on_gone)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if gone.done() and not gone.cancelled():
+            raise RequestCancelled("The client disconnected before the result was ready.") from None
+        raise
+    finally:
+        gone.remove_done_callback(on_gone)
+        gone.cancel()

@@ -1,0 +1,152 @@
+"""The native POST routes answered straight from the ASGI middleware
+(``api.native.serve_native``): the same answers, headers, errors and metrics as
+through FastAPI's router, which still serves the routes' OpenAPI entries and
+other methods."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import msgpack
+import pytest
+
+from sift_server.api import native
+from sift_server.api.app import build_state, create_app
+from sift_server.api.state import ServerState
+from sift_server.config import Settings
+from sift_server.engine.trace import ForwardRecord, JsonlTrace
+from sift_server.metrics import Metrics
+from sift_server.registry.catalog import Catalog
+from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+
+
+@pytest.fixture(scope="module")
+def tiny_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-fast-path")
+    catalog = root / "catalog"
+    write_catalog_entry(catalog, build_tiny_embedder(root / "model"))
+    return catalog
+
+
+@pytest.fixture
+async def app_client(tiny_catalog_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, ServerState]]:
+    settings = Settings(default_model=TINY_EMBEDDER, catalog=[tiny_catalog_dir], torch_threads=1, calibrate=False)
+    state = build_state(settings, catalog=Catalog.from_dirs([tiny_catalog_dir], include_shipped=False))
+    app = create_app(state)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
+            yield client, state
+
+
+async def test_fast_path_answers_like_the_route(
+    app_client: tuple[httpx.AsyncClient, ServerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = app_client
+    body = msgpack.packb({"items": [{"id": "a", "text": "hello world"}]})
+    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack", "X-Request-ID": "rid-1"}
+    fast = await client.post(f"/v1/encode/{TINY_EMBEDDER}", content=body, headers=headers)
+    # The same request through FastAPI's router (the fast path declines everything).
+    original = native.serve_native
+
+    async def decline(*args: object) -> bool:
+        return False
+
+    monkeypatch.setattr("sift_server.api.middleware.serve_native", decline)
+    routed = await client.post(f"/v1/encode/{TINY_EMBEDDER}", content=body, headers=headers)
+    monkeypatch.setattr("sift_server.api.middleware.serve_native", original)
+    assert fast.status_code == routed.status_code == 200
+    assert fast.headers["content-type"] == routed.headers["content-type"] == "application/msgpack"
+    timing_headers = {
+        "x-queue-time", "x-tokenization-time", "x-inference-time", "x-postprocessing-time", "x-total-time",
+        "content-length",
+    }  # fmt: skip
+    assert {k: v for k, v in fast.headers.items() if k not in timing_headers} == {
+        k: v for k, v in routed.headers.items() if k not in timing_headers
+    }
+    fast_body, routed_body = msgpack.unpackb(fast.content), msgpack.unpackb(routed.content)
+    assert fast_body["items"] == routed_body["items"] and fast_body["model"] == routed_body["model"]
+    assert fast.headers["x-request-id"] == "rid-1"
+
+
+async def test_errors_and_other_methods_keep_their_envelopes(app_client: tuple[httpx.AsyncClient, ServerState]) -> None:
+    client, _ = app_client
+    bad = await client.post(f"/v1/encode/{TINY_EMBEDDER}", content=b"{", headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and bad.json()["detail"]["code"] == "INVALID_INPUT"
+    missing = await client.post("/v1/score/no/such-model", json={"query": {"text": "q"}, "items": [{"text": "x"}]})
+    assert missing.status_code == 404 and missing.json()["detail"]["code"] == "MODEL_NOT_FOUND"
+    wrong_method = await client.get(f"/v1/encode/{TINY_EMBEDDER}")
+    assert wrong_method.status_code == 405 and wrong_method.json() == {"detail": "Method Not Allowed"}
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    assert {"/v1/encode/{model}", "/v1/score/{model}", "/v1/extract/{model}"} <= set(paths)
+
+
+async def test_fast_path_counts_requests_in_metrics(app_client: tuple[httpx.AsyncClient, ServerState]) -> None:
+    client, _ = app_client
+    for _ in range(3):
+        assert (await client.post(f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "x"}]})).status_code == 200
+    await client.post(f"/v1/encode/{TINY_EMBEDDER}", json={"items": []})
+    metrics = (await client.get("/metrics")).text
+    assert f'sie_requests_total{{endpoint="encode",model="{TINY_EMBEDDER}",status="200"}} 3.0' in metrics
+    assert f'sie_requests_total{{endpoint="encode",model="{TINY_EMBEDDER}",status="400"}} 1.0' in metrics
+
+
+def test_endpoint_of_reads_the_model_from_the_rest_of_the_path() -> None:
+    assert native.endpoint_of("/v1/encode/org/name:profile")[:2] == ("org/name:profile", "encode")  # type: ignore[index]
+    assert native.endpoint_of("/v1/extract/x")[1] == "extract"  # type: ignore[index]
+    assert native.endpoint_of("/v1/models/x") is None
+    assert native.endpoint_of("/v1/encode") is None
+
+
+def test_generated_request_ids_are_unique_lowercase_hex() -> None:
+    ids = {native.new_request_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+
+
+def test_metrics_children_are_reused_and_count_separately() -> None:
+    metrics = Metrics(frozenset({"m"}))
+    metrics.count("m", "encode", 200, 0.01)
+    metrics.count("m", "encode", 200, 0.02)
+    metrics.count("other", "encode", 503)
+    assert metrics.requests.labels("m", "encode", "200")._value.get() == 2
+    assert metrics.requests.labels("(other)", "encode", "503")._value.get() == 1
+    assert metrics.duration.labels("m", "encode", "total")._sum.get() == pytest.approx(0.03)
+
+
+def test_trace_line_is_the_record_as_json(tmp_path: Path) -> None:
+    record = ForwardRecord(
+        model="m", lane="", forward_id=3, reason="wave", request_ids=["a", "b"], arrivals=[1.5, 2.25],
+        admitted=[1.75, 2.5], items=2, cost=17, decided=3.0, start=3.125, end=3.5, extra={"k": [1, "v"]},
+    )  # fmt: skip
+    trace = JsonlTrace(tmp_path / "t.jsonl")
+    trace.write(record)
+    trace.close()
+    line = (tmp_path / "t.jsonl").read_text()
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert ForwardRecord(**json.loads(line)) == record
+
+
+async def test_middleware_without_the_fast_path_leaves_native_posts_to_the_app() -> None:
+    """The cluster gateway wraps its own native routes (forwarding to workers) in
+    SiftMiddleware: there the middleware must not answer them from a local registry."""
+    from starlette.types import Receive, Scope, Send
+
+    from sift_server.api.middleware import SiftMiddleware
+
+    reached: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    state = build_state(Settings(calibrate=False))
+    transport = httpx.ASGITransport(app=SiftMiddleware(app, state=state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
+        response = await client.post("/v1/encode/some/model", json={"items": [{"text": "x"}]})
+    assert response.status_code == 204 and reached == ["/v1/encode/some/model"]
