@@ -166,3 +166,29 @@ def test_body_buffer_spills_large_bodies_into_a_map(monkeypatch: pytest.MonkeyPa
     small.add(b"abc")
     small.add(b"de")
     assert small.view() == b"abcde"
+
+
+async def test_item_checks_give_the_loop_turns_and_answer_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sift_server.service import common
+
+    monkeypatch.setattr(common, "CHECK_SLICE_BYTES", 10)
+    limits = common.Limits(max_item_bytes=100, max_items=10)
+    items = [Item(text="wörd " * 4) for _ in range(6)]
+    turns = 0
+
+    async def count() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.create_task(count())
+    await asyncio.sleep(0)
+    texts = await common.item_texts_sliced(items, limits, shared_bytes=5)
+    counter.cancel()
+    assert texts == common.item_texts(items, limits, shared_bytes=5)
+    assert turns >= 6
+    with pytest.raises(InvalidInput, match=r"items\[1\]"):
+        await common.item_texts_sliced([Item(text="a"), Item(text="x" * 200)], limits)
+    with pytest.raises(InvalidInput, match="must not be empty"):
+        await common.item_texts_sliced([], limits)

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from sift_server.api.body import read_body_buffer, wait_for_disconnect
 from sift_server.api.errors import openai_error
@@ -182,7 +182,9 @@ async def embeddings(request: Request) -> Response:
         "sie_token_source": "worker",
     }
     state.metrics.count(body.model, "embeddings", 200, time.perf_counter() - started)
-    return JSONResponse(
-        {"object": "list", "data": data, "model": body.model, "usage": usage},
+    # msgspec, not JSONResponse's json.dumps: 64 embeddings took ~25 ms on the loop.
+    return Response(
+        msgspec.json.encode({"object": "list", "data": data, "model": body.model, "usage": usage}),
+        media_type="application/json",
         headers={"X-SIE-Served-By": "local"},
     )
