@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sift_server import WIRE_COMPAT_VERSION
-from sift_server.api.body import read_body, wait_for_disconnect
+from sift_server.api.body import read_body_buffer, wait_for_disconnect
 from sift_server.api.errors import native_error
 from sift_server.api.state import ServerState
 from sift_server.errors import SiftError
@@ -23,9 +23,10 @@ from sift_server.service.encode import encode
 from sift_server.service.extract import extract
 from sift_server.service.run import Outcome, RequestContext
 from sift_server.service.score import score
-from sift_server.wire.codec import decode_body_async, encode_body
+from sift_server.wire.codec import encode_body
 from sift_server.wire.negotiation import JSON_TYPE, MSGPACK_TYPE, request_format, response_format
-from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
+from sift_server.wire.schemas import EncodeBody, ExtractBody, Item, ScoreBody
+from sift_server.wire.sliced import decode_sliced
 
 router = APIRouter()
 
@@ -86,10 +87,10 @@ async def respond(
 ) -> Response:
     started = time.perf_counter()
     try:
-        body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
+        body = await read_body_buffer(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
         fmt = request_format(request.headers.get("content-type"))
         ctx = _context(request, started)
-        decoded = await decode_body_async(body, fmt, schema)
+        decoded = await decode_sliced(body, fmt, schema, "items", Item)
         outcome = await service(state.registry, model, decoded, state.limits, ctx)
     except SiftError as error:
         state.metrics.count(model, endpoint, error.status)

@@ -23,7 +23,7 @@ from sift_server.service.common import (
     cap_texts,
     char_cap,
     check_profile,
-    item_texts,
+    item_texts_sliced,
     lane_of,
     overflow_policy,
     ready_for,
@@ -76,7 +76,7 @@ async def encode(
     params = body.params
     options = dict(params.options or {}) if params else {}
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
-    texts = item_texts(body.items, limits, shared_bytes=shared_bytes(instruction))
+    texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction))
     check_profile(options, path_profile)
     # Read what the response needs now: the model may be evicted while the request waits.
     adapter = record.adapter

@@ -14,7 +14,7 @@ from sift_server.service.common import (
     cap_texts,
     char_cap,
     check_profile,
-    item_texts,
+    item_texts_sliced,
     lane_of,
     overflow_policy,
     ready_for,
@@ -53,7 +53,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     # whose size limit counts what is read with every one of them.
     task = extract_task([], list(params.labels or []) if params else [], options, instruction, overflow)
     grouped = [label for _, group in task.label_groups or () for label in group]
-    texts = item_texts(body.items, limits, shared_bytes=shared_bytes(instruction, *task.labels, *grouped))
+    texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction, *task.labels, *grouped))
     cap = char_cap(record)
     task = replace(
         task,

@@ -15,7 +15,7 @@ from sift_server.service.common import (
     char_cap,
     check_profile,
     item_text,
-    item_texts,
+    item_texts_sliced,
     lane_of,
     overflow_policy,
     ready_for,
@@ -40,7 +40,7 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
     if body.items is not None and len(body.items) > MAX_CANDIDATES:
         raise InvalidInput(f"Score accepts at most {MAX_CANDIDATES} candidate items; got {len(body.items)}.")
     # Every pair is read with the query (and the instruction).
-    texts = item_texts(
+    texts = await item_texts_sliced(
         body.items, Limits(limits.max_item_bytes, MAX_CANDIDATES), shared_bytes=shared_bytes(instruction, query)
     )
     check_profile(options, path_profile)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, TypeVar
 
 import msgspec
@@ -11,6 +10,7 @@ import numpy as np
 from sift_server.errors import InvalidInput
 from sift_server.wire.ndarray_msgpack import packb
 from sift_server.wire.negotiation import Format
+from sift_server.wire.split import Buffer
 
 T = TypeVar("T")
 
@@ -18,7 +18,7 @@ _json_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 _msgpack_decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
 
 
-def decode_body(data: bytes, fmt: Format, schema: type[T]) -> T:
+def decode_body(data: Buffer, fmt: Format, schema: type[T]) -> T:
     try:
         result: T
         if fmt == "msgpack":
@@ -39,17 +39,6 @@ def decode_body(data: bytes, fmt: Format, schema: type[T]) -> T:
         # msgspec guards its recursion with the interpreter's limit: a body nested
         # thousands of levels deep is refused here, before anything else sees it.
         raise InvalidInput("Request body is nested too deeply.") from exc
-
-
-# Bodies at least this large are decoded in a worker thread (the event loop
-# keeps answering; decoding 34 MiB takes tens of milliseconds).
-OFFLOAD_DECODE_BYTES = 1 << 20
-
-
-async def decode_body_async(data: bytes, fmt: Format, schema: type[T]) -> T:
-    if len(data) < OFFLOAD_DECODE_BYTES:
-        return decode_body(data, fmt, schema)
-    return await asyncio.to_thread(decode_body, data, fmt, schema)
 
 
 def _json_default(obj: Any) -> Any:

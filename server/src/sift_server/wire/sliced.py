@@ -1,0 +1,97 @@
+"""Decode a large request body in slices, so that no single step holds the event
+loop for long (issue 10: ``/healthz`` answers within a few milliseconds while the
+largest accepted body is decoded).
+
+msgspec decodes in one C call that holds the GIL: a worker thread does not free
+the loop, it only moves the stall. Instead the body is split into its envelope
+and the elements of its one large array (wire/split.py), and the elements are
+decoded a slice at a time, with ``await asyncio.sleep(0)`` after every
+``SLICE_BYTES``. Bodies the split does not understand are decoded whole, as
+before, which also gives the exact error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TypeVar
+
+import msgspec
+
+from sift_server.errors import InvalidInput
+from sift_server.wire.codec import decode_body
+from sift_server.wire.negotiation import Format
+from sift_server.wire.split import Buffer, Split, split_body
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+# Bodies smaller than this are decoded whole: a millisecond or two at most.
+SLICED_DECODE_BYTES = 1 << 20
+# Bytes decoded or stepped over between two turns of the event loop.
+SLICE_BYTES = 1 << 20
+# The largest single JSON value that is stepped over in one call; a body with a
+# larger one (far above the per-item limit, which is 2 MiB by default) is decoded
+# whole.
+SPLIT_WINDOW_BYTES = 8 << 20
+
+_json_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+_msgpack_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def _element_decoder(fmt: Format, kind: Any) -> msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any]:
+    if fmt == "msgpack":
+        return _msgpack_decoders.get(kind) or _msgpack_decoders.setdefault(kind, msgspec.msgpack.Decoder(kind))
+    return _json_decoders.get(kind) or _json_decoders.setdefault(kind, msgspec.json.Decoder(kind))
+
+
+def element_error(message: str, field: str, index: int) -> str:
+    """msgspec's message for one element, with the path it has in the whole body
+    (``- at `$.text``` becomes ``- at `$.items[3].text```)."""
+    where = f"$.{field}[{index}]"
+    marker = " - at `$"
+    if marker in message:
+        return message.replace(marker, " - at `" + where, 1)
+    return f"{message} - at `{where}`"
+
+
+async def _walk(data: Buffer, fmt: Format, field: str) -> Split | None:
+    walk = split_body(data, fmt, field, SPLIT_WINDOW_BYTES)
+    stepped = 0
+    while True:
+        try:
+            stepped += next(walk)
+        except StopIteration as done:
+            result: Split | None = done.value
+            return result
+        if stepped >= SLICE_BYTES:
+            stepped = 0
+            await asyncio.sleep(0)
+
+
+async def decode_sliced(data: Buffer, fmt: Format, schema: type[T], field: str, element: Any) -> T:
+    """``data`` decoded into ``schema``, whose ``field`` is a list of ``element``
+    (``None`` by default, so the envelope decodes without it)."""
+    if len(data) < SLICED_DECODE_BYTES:
+        return decode_body(data, fmt, schema)
+    split = await _walk(data, fmt, field)
+    if split is None:
+        return decode_body(data, fmt, schema)
+    envelope = decode_body(split.envelope, fmt, schema)
+    if split.elements is None:
+        return envelope
+    await asyncio.sleep(0)
+    decoder = _element_decoder(fmt, element)
+    values: list[Any] = []
+    decoded = 0
+    for index, raw in enumerate(split.elements):
+        try:
+            values.append(decoder.decode(raw))
+        except msgspec.ValidationError as exc:
+            raise InvalidInput(f"Invalid request body: {element_error(str(exc), field, index)}") from exc
+        except (msgspec.DecodeError, RecursionError):
+            # Malformed inside the element: the whole decode names the error exactly.
+            return decode_body(data, fmt, schema)
+        decoded += len(raw)
+        if decoded >= SLICE_BYTES:
+            decoded = 0
+            await asyncio.sleep(0)
+    return msgspec.structs.replace(envelope, **{field: values})

@@ -1,0 +1,170 @@
+"""Split a request body into its envelope and the elements of one large array field
+(``items``, or OpenAI's ``input``), without one long call over the whole body.
+
+Pure functions. A generator walks the body and yields, after each value it steps
+over, how many bytes that value spanned, so the caller can give the event loop a
+turn between values (wire/sliced.py). Its return value is a :class:`Split`, or
+``None`` when the body is not the plain object this walk understands (malformed,
+nested too deeply, the field twice, a value larger than the window): the caller
+then decodes the body whole, which also produces the exact error message.
+
+JSON has no length prefixes, so skipping a value means scanning it. Each value is
+stepped over by msgspec (decoding it as ``msgspec.Raw``, which only scans) on a
+window of the body; msgspec stops at the first byte after the value and names its
+offset in a "trailing characters" error. MessagePack values are length-prefixed:
+msgspec decodes the top-level map and the field as ``msgspec.Raw`` values, a walk
+over headers only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from sift_server.wire.negotiation import Format
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """``envelope``: the body without the field, in the body's format (the field
+    stays in it when its value is not an array). ``elements``: the array's encoded
+    elements in order, or ``None`` when the field was left in the envelope."""
+
+    envelope: bytes
+    elements: Sequence[Buffer | msgspec.Raw] | None
+
+
+# Yields the byte span of each value stepped over; returns the split or None.
+Walk = Generator[int, None, Split | None]
+
+_WS = re.compile(rb"[ \t\n\r]*")
+_TRAILING = re.compile(r"JSON is malformed: trailing characters \(byte (\d+)\)")
+_json_raw = msgspec.json.Decoder(msgspec.Raw)
+_json_key = msgspec.json.Decoder(str)
+_msgpack_top = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+_msgpack_array = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def split_body(data: Buffer, fmt: Format, field: str, window: int) -> Walk:
+    if fmt == "msgpack":
+        return _split_msgpack(data, field)
+    return _split_json(memoryview(data), field, window)
+
+
+def _skip_ws(view: memoryview, pos: int) -> int:
+    match = _WS.match(view, pos)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def json_value_end(view: memoryview, pos: int, window: int) -> int | None:
+    """The offset of the first byte after the JSON value at ``pos`` and the
+    whitespace that follows it (``pos`` must not point at whitespace), scanning at
+    most ``window`` bytes; ``None`` when the value is
+    malformed, nested too deeply, longer than the window or runs to the end of the
+    body (then no closing bracket follows it)."""
+    end = min(len(view), pos + window)
+    try:
+        _json_raw.decode(view[pos:end])
+    except msgspec.DecodeError as exc:
+        match = _TRAILING.fullmatch(str(exc))
+        if match is None:
+            return None
+        # msgspec counts the trailing byte from one.
+        return pos + int(match.group(1)) - 1
+    except RecursionError:
+        return None
+    return None
+
+
+def _split_json(view: memoryview, field: str, window: int) -> Walk:
+    parts: list[bytes] = []
+    elements: list[memoryview] | None = None
+    pos = _skip_ws(view, 0)
+    if pos >= len(view) or view[pos] != ord("{"):
+        return None
+    pos = _skip_ws(view, pos + 1)
+    if pos < len(view) and view[pos] == ord("}"):
+        pos += 1
+    else:
+        while True:
+            if pos >= len(view) or view[pos] != ord('"'):
+                return None
+            key_end = json_value_end(view, pos, window)
+            if key_end is None:
+                return None
+            key_raw = bytes(view[pos:key_end])
+            try:
+                key = _json_key.decode(key_raw)
+            except msgspec.DecodeError:
+                return None
+            pos = _skip_ws(view, key_end)
+            if pos >= len(view) or view[pos] != ord(":"):
+                return None
+            pos = _skip_ws(view, pos + 1)
+            if pos >= len(view):
+                return None
+            if key == field and elements is not None:
+                return None  # the field twice: let the whole decode settle it
+            if key == field and view[pos] == ord("["):
+                elements = []
+                pos = _skip_ws(view, pos + 1)
+                if pos < len(view) and view[pos] == ord("]"):
+                    pos += 1
+                else:
+                    while True:
+                        end = json_value_end(view, pos, window)
+                        if end is None:
+                            return None
+                        elements.append(view[pos:end])
+                        yield end - pos
+                        pos = _skip_ws(view, end)
+                        if pos >= len(view):
+                            return None
+                        if view[pos] == ord("]"):
+                            pos += 1
+                            break
+                        if view[pos] != ord(","):
+                            return None
+                        pos = _skip_ws(view, pos + 1)
+            else:
+                end = json_value_end(view, pos, window)
+                if end is None:
+                    return None
+                parts.append(key_raw + b":" + bytes(view[pos:end]))
+                yield end - pos
+                pos = end
+            pos = _skip_ws(view, pos)
+            if pos >= len(view):
+                return None
+            if view[pos] == ord("}"):
+                pos += 1
+                break
+            if view[pos] != ord(","):
+                return None
+            pos = _skip_ws(view, pos + 1)
+    if _skip_ws(view, pos) != len(view):
+        return None
+    return Split(b"{" + b",".join(parts) + b"}", elements)
+
+
+def _split_msgpack(data: Buffer, field: str) -> Walk:
+    try:
+        top = _msgpack_top.decode(data)
+        value = top.pop(field, None)
+        elements: list[msgspec.Raw] | None = None
+        if value is not None:
+            try:
+                elements = _msgpack_array.decode(value)
+            except msgspec.ValidationError:
+                top[field] = value  # not an array: the envelope's decode answers it
+        envelope = msgspec.msgpack.encode(top)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    yield len(data)
+    return Split(envelope, elements)
