@@ -103,6 +103,14 @@ def test_embedder_openvino_bf16_close(embedder_dir: Path, cache_dir: Path, torch
     assert min_cosine(embed(adapter, TEXTS), torch_embeddings) >= 0.99
 
 
+def test_openvino_bounds_its_per_shape_kernel_cache(embedder_dir: Path, cache_dir: Path) -> None:
+    # Served batches come in every (rows, length): with the plugin's default of 5,000
+    # cached shapes a long-running server grew by ~3 MB a request (probes/soak.py).
+    adapter = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "openvino", "fp32"))
+    config = adapter.runner.config  # type: ignore[attr-defined]
+    assert config.get("CPU_RUNTIME_CACHE_CAPACITY") == backends.OPENVINO_SHAPE_CACHE <= 256
+
+
 @pytest.mark.parametrize(("backend", "precision"), [("onnx", "fp32"), ("openvino", "fp32")])
 def test_cross_encoder_parity(
     cross_encoder_dir: Path, cache_dir: Path, torch_scores: np.ndarray, backend: str, precision: str
