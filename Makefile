@@ -8,8 +8,8 @@ serve: setup
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} .venv/bin/sift serve
 
 lint: setup
-	.venv/bin/ruff check server sdk tests
-	.venv/bin/mypy server/src sdk/src
+	.venv/bin/ruff check server sdk bench tests
+	.venv/bin/mypy server/src sdk/src bench/src
 
 test: setup lint
 	@./scripts/run-tests.sh

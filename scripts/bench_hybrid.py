@@ -1,6 +1,6 @@
 """Throughput of the hybrid-search adapters against their reference libraries.
 
-``sift primitives`` (server/src/sift_server/bench/primitives.py) measures score
+``sift primitives`` (bench/src/sift_bench/primitives.py) measures score
 and extract of the cross-encoder, GLiNER and GLiClass adapters. This script
 does the same for the sparse encoder (encode) and ColBERT (encode and score),
 reusing its pieces (server process, CPU pinning, texts, median): 32 inputs per
@@ -42,7 +42,7 @@ QUERY = "who founded the company and where is it based?"
 
 
 def _texts() -> list[str]:
-    from sift_server.bench.workload import make_texts
+    from sift_bench.workload import make_texts
 
     return make_texts(ITEMS, seed=1)
 
@@ -94,7 +94,7 @@ def _pylate_build(minilm: str, out: str) -> None:
 
 
 def _time(call: Callable[[], object], requests: int) -> float:
-    from sift_server.bench.stats import median
+    from sift_bench.stats import median
 
     for _ in range(3):
         call()
@@ -138,7 +138,7 @@ def _library_seconds(adapter: str, folder: Path, task: str, requests: int, cpus:
         texts = _texts()
         return _time(lambda: model.encode_document(texts, batch_size=ITEMS), requests)
     if adapter == "colbert":
-        from sift_server.bench.server_proc import pin_prefix
+        from sift_bench.server_proc import pin_prefix
 
         env = {
             **os.environ,
@@ -170,8 +170,8 @@ _ADAPTER = ""
 def measure(name: str, catalogs: list[Path], requests: int, server_cpus: set[int] | None) -> list[dict[str, Any]]:
     import httpx
 
-    from sift_server.bench.server_proc import ServerProcess, ServerSpec
-    from sift_server.bench.stats import median
+    from sift_bench.server_proc import ServerProcess, ServerSpec
+    from sift_bench.stats import median
     from sift_server.registry.catalog import Catalog, resolve_local_path
 
     global _ADAPTER
@@ -241,7 +241,7 @@ def main() -> int:
         return 0
     import torch
 
-    from sift_server.bench.server_proc import default_cpus
+    from sift_bench.server_proc import default_cpus
 
     server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
     torch.set_num_threads(1)

@@ -63,7 +63,7 @@ def _run(kind: str, adapter: Any, texts: list[str]) -> np.ndarray:
 
 
 def inprocess(args: argparse.Namespace) -> int:
-    from sift_server.bench.workload import make_texts
+    from sift_bench.workload import make_texts
 
     texts = make_texts(256, seed=0)
     folder = Path(args.folder) if args.folder else _default_folder()
@@ -110,7 +110,7 @@ def _default_folder() -> Path:
 def coldstart(args: argparse.Namespace) -> int:
     import httpx
 
-    from sift_server.bench.server_proc import free_port
+    from sift_bench.server_proc import free_port
 
     for backend in args.backends:
         port = free_port()

@@ -1,8 +1,14 @@
 """Closed-loop load with raw HTTP/1.1 keep-alive connections: a client cheap enough (about 0.07
 of a core at 2,000 requests/s) that the server, not the client, is measured. Pinned to CPU 1.
 Usage: raw_closed_loop.py URL MODEL IN_FLIGHT SECONDS (one msgpack encode of one sentence per request)."""
-import asyncio, os, sys, time
-import msgpack, uvloop
+import asyncio
+import os
+import sys
+import time
+
+import msgpack
+import uvloop
+
 os.sched_setaffinity(0, {1})
 url, model, n, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 host, port = url.split("//")[1].split(":")

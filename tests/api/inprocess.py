@@ -32,5 +32,3 @@ def assert_openai(response: httpx.Response, status: int, code: str) -> None:
     assert set(error) >= {"message", "type", "param", "code"}
     assert error["code"] == code
     assert error["type"] == ("invalid_request_error" if status < 500 else "server_error")
-
-

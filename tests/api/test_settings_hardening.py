@@ -11,8 +11,10 @@ from sift_server.errors import MAX_RETRY_AFTER_S, ModelLoading, QueueFull, Shutt
 
 def test_idle_keep_alive_outlasts_every_retry_after() -> None:
     # A client that waits exactly Retry-After must find its pooled connection open.
-    assert max(ModelLoading.retry_after or 0, QueueFull.retry_after or 0,
-                                    ShuttingDown.retry_after or 0) <= MAX_RETRY_AFTER_S
+    assert (
+        max(ModelLoading.retry_after or 0, QueueFull.retry_after or 0, ShuttingDown.retry_after or 0)
+        <= MAX_RETRY_AFTER_S
+    )
     assert Settings().keep_alive_s > MAX_RETRY_AFTER_S
 
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from sift_server.bench import cli as bench_cli
-from sift_server.bench.server_proc import parse_cpus, pin_prefix
+from sift_bench import cli as bench_cli
+from sift_bench.server_proc import parse_cpus, pin_prefix
 from sift_server.cli import build_parser
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sift_server.bench.arms import policy_arm
-from sift_server.bench.phases import PhasePlan
-from sift_server.bench.runner import BenchConfig, run_bench
+from sift_bench.arms import policy_arm
+from sift_bench.phases import PhasePlan
+from sift_bench.runner import BenchConfig, run_bench
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 
 

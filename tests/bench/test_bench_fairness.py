@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sift_server.bench.analysis import passed_over
-from sift_server.bench.targets import reachable_ceiling
+from sift_bench.analysis import passed_over
+from sift_bench.targets import reachable_ceiling
 
 
 def _phase(rows: list[tuple[float, float, int]]) -> dict[str, Any]:

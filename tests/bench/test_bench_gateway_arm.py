@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sift_server.bench.arms import ArmError, gateway_arm, is_gateway_arm, policy_arm
-from sift_server.bench.phases import PhasePlan
-from sift_server.bench.runner import BenchConfig, run_bench
+from sift_bench.arms import ArmError, gateway_arm, is_gateway_arm, policy_arm
+from sift_bench.phases import PhasePlan
+from sift_bench.runner import BenchConfig, run_bench
 from sift_server.cli import build_parser
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 

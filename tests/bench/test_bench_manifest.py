@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sift_server.bench import arms
-from sift_server.bench.arms import (
+from sift_bench import arms
+from sift_bench.arms import (
     ArmError,
     archive_commit,
     build_manifest,

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from sift_server.bench.analysis import analyze, find_ratio, run_phase_stats
-from sift_server.bench.join import join_requests
-from sift_server.bench.phases import PhasePlan, PhaseResult, RequestRecord
-from sift_server.bench.report import console_summary, md_table, text_table
-from sift_server.bench.runner import SCHEMA, finish, phase_to_dict
-from sift_server.bench.targets import evaluate, needed_one_forward
+from sift_bench.analysis import analyze, find_ratio, run_phase_stats
+from sift_bench.join import join_requests
+from sift_bench.phases import PhasePlan, PhaseResult, RequestRecord
+from sift_bench.report import console_summary, md_table, text_table
+from sift_bench.runner import SCHEMA, finish, phase_to_dict
+from sift_bench.targets import evaluate, needed_one_forward
 from sift_server.engine.trace import ForwardRecord
 
 PHASES = ["sequential", "burst8", "closed8"]

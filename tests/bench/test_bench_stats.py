@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sift_server.bench.stats import (
+from sift_bench.stats import (
     geometric_mean,
     geometric_ratio,
     median,

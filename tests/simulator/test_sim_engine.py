@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from sift_bench.simulate.metrics import summarize
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.policy import (
     AdaptivePolicy,
@@ -20,7 +21,6 @@ from sift_server.engine.policy import (
 )
 from sift_server.simulator.engine_sim import EngineSim, SimResult, SimulationError, simulate
 from sift_server.simulator.forward_model import GPU_LIKE, LinearForward
-from sift_server.simulator.metrics import summarize
 from sift_server.simulator.traces import bursts, replay, sequential
 
 ING = 0.00015

@@ -4,9 +4,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from sift_server.simulator import cli
-from sift_server.simulator.metrics import Summary
-from sift_server.simulator.report import (
+from sift_bench.simulate import cli
+from sift_bench.simulate.metrics import Summary
+from sift_bench.simulate.report import (
     MAIN_FIGURE,
     compare,
     summary_table,

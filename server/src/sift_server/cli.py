@@ -133,13 +133,15 @@ def _add_models(subparsers: Any) -> None:
 def _models(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]]
     if args.url:
-        import httpx
+        import urllib.request
 
-        response = httpx.get(args.url.rstrip("/") + "/v1/models", headers={"Accept": "application/json"})
-        response.raise_for_status()
+        # The standard library suffices for one GET; the server install carries no HTTP client.
+        request = urllib.request.Request(args.url.rstrip("/") + "/v1/models", headers={"Accept": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            listing = json.loads(response.read())
         rows = [
             {"name": m["name"], "tasks": ",".join(m.get("tasks", m["outputs"])), "state": m["state"]}
-            for m in response.json()["models"]
+            for m in listing["models"]
         ]
     else:
         from sift_server.registry.catalog import Catalog, CatalogError
@@ -173,27 +175,54 @@ def _source(source: Any) -> str:
     return f"hf:{source.hf}"
 
 
+# Subcommands other distributions add through this entry-point group: each entry
+# point is named after its command and loads a ``register(subparsers)``.
+COMMAND_GROUP = "sift.commands"
+# Commands of the benchmark distribution, named here so that a server-only
+# install answers ``sift bench`` with what to install instead of "invalid choice".
+BENCH_COMMANDS = ("bench", "overhead", "primitives", "simulate")
+
+
+def _add_plugins(subparsers: Any) -> None:
+    from importlib.metadata import entry_points
+
+    found = set()
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        entry.load()(subparsers)
+        found.add(entry.name)
+    for name in BENCH_COMMANDS:
+        if name not in found:
+            p = subparsers.add_parser(name, help="(needs the sift-bench distribution: pip install ./bench)")
+            p.set_defaults(handler=_needs_bench)
+
+
+def _needs_bench(args: argparse.Namespace) -> int:
+    print(
+        f"sift {args.command}: part of the benchmark harness, a separate distribution; "
+        "install it with `pip install ./bench` from a Sift checkout (`make setup` does).",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sift", description="Sift inference server.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
     _add_models(subparsers)
-    from sift_server.bench.cli import register as register_bench
-    from sift_server.bench.overhead import register as register_overhead
-    from sift_server.bench.primitives import register as register_primitives
     from sift_server.cluster.cli import register as register_cluster
-    from sift_server.simulator.cli import register as register_simulate
 
-    register_bench(subparsers)
-    register_overhead(subparsers)
-    register_primitives(subparsers)
-    register_simulate(subparsers)
     register_cluster(subparsers)
+    _add_plugins(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    # A bench command on a server-only install takes any flags: it only says what to install.
+    if unknown and args.handler is not _needs_bench:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     result: int = args.handler(args)
     return result
 

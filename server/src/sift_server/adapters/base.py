@@ -1,12 +1,34 @@
-"""The adapter contract between the engine and model code."""
+"""The adapter contract between the engine and model code.
+
+What a forward takes and returns (``Prepared``, ``Part``) belongs to neither
+side: it lives in ``sift_server.forward_io`` and is re-exported here for the
+adapters, so the engine never imports the model layer."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from sift_server.forward_io import Part, Prepared
+
+__all__ = [
+    "Adapter",
+    "AdapterInfo",
+    "ClassificationType",
+    "EncodeTask",
+    "ExtractTask",
+    "FewShotExample",
+    "LoadContext",
+    "OverflowPolicy",
+    "Part",
+    "Prepared",
+    "ScoreTask",
+    "Task",
+    "TaskInput",
+]
 
 Task = Literal["encode", "score", "extract"]
 OverflowPolicy = Literal["truncate", "error"]
@@ -63,28 +85,6 @@ class ExtractTask:
 
 
 TaskInput = EncodeTask | ScoreTask | ExtractTask
-
-
-@dataclass(slots=True)
-class Prepared:
-    """A request after ``prepare``: per-item token costs, the key that decides
-    which requests may share a forward, and adapter-private data."""
-
-    item_costs: list[int]
-    compat_key: Hashable
-    payload: Any
-    input_tokens: int = 0
-    # The engine lane the request was submitted to (``lora:<name>`` for a LoRA).
-    lane: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """Items [start, stop) of one prepared request inside a forward."""
-
-    prepared: Prepared
-    start: int
-    stop: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sift_server.adapters.base import Part, Prepared
 from sift_server.engine.clock import Clock, monotonic
 from sift_server.engine.ingress import IngressBoard, IngressTicket
 from sift_server.engine.policy import Dispatch, Policy, WaitUntil
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
 from sift_server.engine.trace import ForwardRecord, NullTrace, TraceSink
 from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown, SiftError
+from sift_server.forward_io import Part, Prepared
 
 log = logging.getLogger(__name__)
 

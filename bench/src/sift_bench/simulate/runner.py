@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from sift_bench.simulate.metrics import Summary, summarize
 from sift_server.engine.batch_queue import Caps, Order
 from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import ForwardPreset
-from sift_server.simulator.metrics import Summary, summarize
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 
 OLD_RULES = "adaptive-old"

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sift_server.bench.stats import geometric_mean, geometric_ratio, median, percentile, percentiles
+from sift_bench.stats import geometric_mean, geometric_ratio, median, percentile, percentiles
 
 MS = 1000.0
 

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_server.bench.server_proc import ServerProcess, ServerSpec, default_cpus
-from sift_server.bench.stats import percentile
+from sift_bench.server_proc import ServerProcess, ServerSpec, default_cpus
+from sift_bench.stats import percentile
 from sift_server.config import DEFAULT_MODEL
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from sift_server.bench.server_proc import ServerSpec, ServerStartError, child_env, free_port, pin_prefix
+from sift_bench.server_proc import ServerSpec, ServerStartError, child_env, free_port, pin_prefix
 
 
 @dataclass(slots=True)

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_server.bench.server_proc import ServerProcess, ServerSpec, default_cpus
-from sift_server.bench.stats import median
-from sift_server.bench.workload import make_texts
+from sift_bench.server_proc import ServerProcess, ServerSpec, default_cpus
+from sift_bench.stats import median
+from sift_bench.workload import make_texts
 
 LABELS = ["person", "location", "organization", "date"]
 

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sift_server.bench import plots, report
-from sift_server.bench.analysis import analyze, batch_sizes_seen
-from sift_server.bench.arms import (
+from sift_bench import plots, report
+from sift_bench.analysis import analyze, batch_sizes_seen
+from sift_bench.arms import (
     INSTRUMENT,
     Arm,
     changed_files,
@@ -30,17 +30,17 @@ from sift_server.bench.arms import (
     worktree_state,
     write_manifest,
 )
-from sift_server.bench.ceiling import GRID, run_ceiling
-from sift_server.bench.client import ClientKind, fetch_dims, make_transport
-from sift_server.bench.cluster_server import ClusterServer
-from sift_server.bench.join import JoinResult, burst_pattern, join_requests
-from sift_server.bench.ordering import trial_orders
-from sift_server.bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
-from sift_server.bench.request import RequestSpec
-from sift_server.bench.server_cpu import CpuSampler
-from sift_server.bench.server_proc import ServerProcess, ServerSpec, ServerStartError
-from sift_server.bench.targets import evaluate
-from sift_server.bench.workload import Workload, texts_for
+from sift_bench.ceiling import GRID, run_ceiling
+from sift_bench.client import ClientKind, fetch_dims, make_transport
+from sift_bench.cluster_server import ClusterServer
+from sift_bench.join import JoinResult, burst_pattern, join_requests
+from sift_bench.ordering import trial_orders
+from sift_bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
+from sift_bench.request import RequestSpec
+from sift_bench.server_cpu import CpuSampler
+from sift_bench.server_proc import ServerProcess, ServerSpec, ServerStartError
+from sift_bench.targets import evaluate
+from sift_bench.workload import Workload, texts_for
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.trace import ForwardRecord, read_trace
 

@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sift_server.bench.analysis import find_ratio
+from sift_bench.analysis import find_ratio
 
 SEQ_QUEUE_P95_MS = 0.2
 BURST_ONE_FORWARD = (23, 24)

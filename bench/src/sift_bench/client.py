@@ -18,7 +18,7 @@ import httpx
 import msgpack
 import numpy as np
 
-from sift_server.bench.request import ENCODE_DENSE, RequestSpec, check_answer
+from sift_bench.request import ENCODE_DENSE, RequestSpec, check_answer
 
 ClientKind = Literal["sdk", "httpx"]
 

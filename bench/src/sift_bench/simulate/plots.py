@@ -13,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-from sift_server.simulator.metrics import Summary
-from sift_server.simulator.report import MAIN_FIGURE, MEAN_LATENCY, QUEUE_P95, Criterion, Verdict
+from sift_bench.simulate.metrics import Summary
+from sift_bench.simulate.report import MAIN_FIGURE, MEAN_LATENCY, QUEUE_P95, Criterion, Verdict
 
 UNIT_LABELS = {"ms": "ms", "share": "share", "rate": "req/s", "ratio": "x"}
 COLORS = {"adaptive": "tab:green", "timed": "tab:blue", "immediate": "tab:orange", "adaptive-old": "tab:gray"}

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from sift_server.simulator.metrics import Summary
+from sift_bench.simulate.metrics import Summary
 
 # Relative and absolute slack when comparing times (a tie is not a loss).
 REL_TOL = 0.01

@@ -9,16 +9,16 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from sift_server.engine.batch_queue import Caps
-from sift_server.simulator import plots
-from sift_server.simulator.forward_model import PRESETS, ForwardPreset, load_fitted
-from sift_server.simulator.report import (
+from sift_bench.simulate import plots
+from sift_bench.simulate.report import (
     summary_table,
     verdict_table,
     verdicts,
     write_json,
 )
-from sift_server.simulator.runner import ARMS, Matrix, make_arm, run_matrix
+from sift_bench.simulate.runner import ARMS, Matrix, make_arm, run_matrix
+from sift_server.engine.batch_queue import Caps
+from sift_server.simulator.forward_model import PRESETS, ForwardPreset, load_fitted
 from sift_server.simulator.scenarios import TraceConfig, system_capacity
 
 HELP = "replay arrival traces through the batching policies on a virtual clock"
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sift_server.simulator",
+        prog="python -m sift_bench.simulate",
         description=__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

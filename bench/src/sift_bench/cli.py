@@ -13,15 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sift_server.bench.heads import HEADS
-from sift_server.bench.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
-from sift_server.bench.server_proc import default_cpus
-from sift_server.bench.workload import WORKLOADS
+from sift_bench.heads import HEADS
+from sift_bench.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
+from sift_bench.server_proc import default_cpus
+from sift_bench.workload import WORKLOADS
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.policy import POLICIES
 
 if TYPE_CHECKING:
-    from sift_server.bench.arms import Arm
+    from sift_bench.arms import Arm
 
 # Test heads are built once per machine (tens of seconds) and reused.
 HEADS_CACHE = Path.home() / ".cache" / "sift" / "bench-heads"
@@ -46,7 +46,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _arm(text: str) -> str:
-    from sift_server.bench.arms import is_backend_arm, is_gateway_arm
+    from sift_bench.arms import is_backend_arm, is_gateway_arm
 
     if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text):
         return text
@@ -56,7 +56,7 @@ def _arm(text: str) -> str:
 
 
 def _make_arm(name: str) -> Arm:
-    from sift_server.bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm
+    from sift_bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm
 
     if name in POLICIES:
         return policy_arm(name)
@@ -136,8 +136,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _rebuild(path: Path, make_plots: bool) -> int:
-    from sift_server.bench.report import console_summary
-    from sift_server.bench.runner import finish
+    from sift_bench.report import console_summary
+    from sift_bench.runner import finish
 
     results = json.loads(path.read_text(encoding="utf-8"))
     finish(results, path.parent, make_plots=make_plots)
@@ -147,16 +147,16 @@ def _rebuild(path: Path, make_plots: bool) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sift_server.bench.arms import (
+    from sift_bench.arms import (
         ArmError,
         check_rev_imports,
         prepare_rev_arm,
         repo_root,
     )
-    from sift_server.bench.client import sdk_available
-    from sift_server.bench.phases import PhasePlan
-    from sift_server.bench.report import console_summary
-    from sift_server.bench.runner import BenchConfig, run_bench
+    from sift_bench.client import sdk_available
+    from sift_bench.phases import PhasePlan
+    from sift_bench.report import console_summary
+    from sift_bench.runner import BenchConfig, run_bench
 
     if args.report is not None:
         return _rebuild(args.report, not args.no_plots)
@@ -185,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
     if args.labels:
         request = replace(request, labels=tuple(label.strip() for label in args.labels.split(",") if label.strip()))
     if args.head:
-        from sift_server.bench import heads
+        from sift_bench import heads
 
         print(f"sift bench: building the {args.head} test head (once; cached under {HEADS_CACHE})", file=sys.stderr)
         model, head_catalog, labels = heads.build(args.head, HEADS_CACHE)

@@ -1,0 +1,30 @@
+"""The seam between the batching engine and the model adapters: what a forward
+takes. Both sides import it; neither imports the other for it."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request after ``prepare``: per-item token costs, the key that decides
+    which requests may share a forward, and adapter-private data."""
+
+    item_costs: list[int]
+    compat_key: Hashable
+    payload: Any
+    input_tokens: int = 0
+    # The engine lane the request was submitted to (``lora:<name>`` for a LoRA).
+    lane: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Items [start, stop) of one prepared request inside a forward."""
+
+    prepared: Prepared
+    start: int
+    stop: int
