@@ -131,22 +131,25 @@ def test_trace_line_is_the_record_as_json(tmp_path: Path) -> None:
     assert ForwardRecord(**json.loads(line)) == record
 
 
-async def test_middleware_without_the_fast_path_leaves_native_posts_to_the_app() -> None:
-    """The cluster gateway wraps its own native routes (forwarding to workers) in
-    SiftMiddleware: there the middleware must not answer them from a local registry."""
-    from starlette.types import Receive, Scope, Send
+async def test_front_door_without_the_fast_path_leaves_native_posts_to_the_app() -> None:
+    """The cluster gateway puts the front door before its own native routes
+    (forwarding to workers): there they must not be answered from a local registry."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
 
-    from sift_server.api.middleware import SiftMiddleware
+    from sift_server.api.middleware import install_front_door
 
     reached: list[str] = []
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        reached.append(scope["path"])
-        await send({"type": "http.response.start", "status": 204, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
+    async def forward(request: Request) -> Response:
+        reached.append(request.url.path)
+        return Response(status_code=204)
 
-    state = build_state(Settings(calibrate=False))
-    transport = httpx.ASGITransport(app=SiftMiddleware(app, state=state))
+    app = Starlette(routes=[Route("/v1/encode/{model:path}", forward, methods=["POST"])])
+    install_front_door(app, build_state(Settings(calibrate=False)), answer_native=False)
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
         response = await client.post("/v1/encode/some/model", json={"items": [{"text": "x"}]})
     assert response.status_code == 204 and reached == ["/v1/encode/some/model"]

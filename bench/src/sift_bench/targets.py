@@ -1,6 +1,6 @@
 """The engine's targets, evaluated per arm (reported, never asserted).
 
-- sequential: server queue time p95 <= 0.2 ms, in every valid trial;
+- sequential: server queue time p95 <= 0.5 ms (the engine-core issue's bound), in every valid trial;
 - bursts of 8 and of 32: one forward in >= 23 of 24 bursts (the same fraction
   of however many bursts ran), in every valid trial;
 - closed loop at 8 and 32 in flight: throughput (geometric mean over trials)
@@ -25,7 +25,7 @@ from typing import Any
 
 from sift_bench.analysis import find_ratio
 
-SEQ_QUEUE_P95_MS = 0.2
+SEQ_QUEUE_P95_MS = 0.5
 BURST_ONE_FORWARD = (23, 24)
 CEILING_FRACTION = 0.95
 TAIL_RATIO = 1.3

@@ -3,9 +3,11 @@ takes. Both sides import it; neither imports the other for it."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -28,3 +30,15 @@ class Part:
     prepared: Prepared
     start: int
     stop: int
+
+
+def split_by_parts(values: Sequence[T], parts: Sequence[Part]) -> list[list[T]]:
+    """One output per item of the forward, in parts order, cut back into one
+    list per part (what ``Adapter.forward`` returns)."""
+    out: list[list[T]] = []
+    offset = 0
+    for part in parts:
+        size = part.stop - part.start
+        out.append(list(values[offset : offset + size]))
+        offset += size
+    return out

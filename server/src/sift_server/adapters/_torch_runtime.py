@@ -26,6 +26,14 @@ def module_bytes(module: torch.nn.Module) -> int:
     return int(params + buffers)
 
 
+def release_module(module: torch.nn.Module, device: torch.device) -> None:
+    """Drop a module's weights now (on eviction) rather than when its last
+    reference goes away: move them to the meta device, and give a GPU's cache back."""
+    torch.nn.Module.to(module, "meta")
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def select_device(options: Mapping[str, Any]) -> torch.device:
     """The catalog's ``device`` option, else the GPU when there is one."""
     name = options.get("device")

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device
+from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -42,6 +42,7 @@ from sift_server.adapters.base import (
     TaskInput,
 )
 from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.forward_io import split_by_parts
 
 # PyLate's defaults when the folder's config leaves a setting out.
 DEFAULTS: dict[str, Any] = {
@@ -246,13 +247,7 @@ class ColbertAdapter(Adapter):
             return self._score(parts)
         sequences = [t for part in parts for t in part.prepared.payload[part.start : part.stop]]
         embedded = [e.float().cpu().numpy() for e in self._embed(sequences)]  # (tokens, dims) each
-        out: list[list[Any]] = []
-        offset = 0
-        for part in parts:
-            n = part.stop - part.start
-            out.append([{"multivector": e} for e in embedded[offset : offset + n]])
-            offset += n
-        return out
+        return split_by_parts([{"multivector": e} for e in embedded], parts)
 
     def _score(self, parts: Sequence[Part]) -> list[list[Any]]:
         # Queries (expanded to the query length) and documents (usually shorter) run
@@ -266,21 +261,14 @@ class ColbertAdapter(Adapter):
                 for d in payload.documents[part.start : part.stop]
             ]
         )
-        out: list[list[Any]] = []
-        offset = 0
-        for part, query in zip(parts, queries, strict=True):
-            n = part.stop - part.start
-            out.append([maxsim(query, document) for document in documents[offset : offset + n]])
-            offset += n
-        return out
+        per_part = split_by_parts(documents, parts)
+        return [[maxsim(query, d) for d in docs] for query, docs in zip(queries, per_part, strict=True)]
 
     def memory_bytes(self) -> int:
         return module_bytes(self.model) + module_bytes(self.projection)
 
     def close(self) -> None:
-        torch.nn.Module.to(self.model, "meta")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_module(self.model, self.device)
 
 
 def maxsim(query: torch.Tensor, document: torch.Tensor) -> float:

@@ -31,7 +31,7 @@ import torch
 from sift_server.adapters import _backends as backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
-from sift_server.adapters._torch_runtime import UNBOUNDED_LENGTH, select_device
+from sift_server.adapters._torch_runtime import select_device, tokenizer_limit
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -42,6 +42,7 @@ from sift_server.adapters.base import (
     TaskInput,
 )
 from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.forward_io import split_by_parts
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 # Every score request may fuse with every other: pairs are independent.
 SCORE_COMPAT_KEY = "score"
 ACTIVATIONS = ("identity", "sigmoid")
-# Tokenizers without a real limit report a huge sentinel model_max_length.
 
 
 class _Logits(backends.Graph):
@@ -173,7 +173,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
     def _forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         features = [f for part in parts for f in part.prepared.payload[part.start : part.stop]]
         scores = self._score(features)
-        return _split(scores, [part.stop - part.start for part in parts])
+        return split_by_parts(scores, parts)
 
     def _score(self, features: list[dict[str, list[int]]]) -> list[float]:
         """Pad tokenized pairs into one batch and return one float per pair."""
@@ -226,26 +226,14 @@ def _logits(
 
 def _effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
     """The smallest of the catalog limit, the tokenizer limit and the position table."""
-    limits = [requested] if requested else []
-    if 0 < tokenizer.model_max_length < UNBOUNDED_LENGTH:
-        limits.append(int(tokenizer.model_max_length))
     positions = getattr(config, "max_position_embeddings", None)
-    if isinstance(positions, int) and positions > 0:
-        if config.model_type in _OFFSET_POSITIONS:
-            # RoBERTa-style tables spend pad_token_id + 1 rows before position 0.
-            positions -= (getattr(config, "pad_token_id", 0) or 0) + 1
-        limits.append(positions)
-    return min(limits) if limits else 512
+    if not isinstance(positions, int) or positions <= 0:
+        positions = None
+    elif config.model_type in _OFFSET_POSITIONS:
+        # RoBERTa-style tables spend pad_token_id + 1 rows before position 0.
+        positions -= (getattr(config, "pad_token_id", 0) or 0) + 1
+    return tokenizer_limit(tokenizer, requested, positions)
 
 
 # Model types whose learned positions start after pad_token_id (see RobertaEmbeddings).
 _OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
-
-
-def _split(values: list[float], sizes: list[int]) -> list[list[Any]]:
-    out: list[list[Any]] = []
-    start = 0
-    for size in sizes:
-        out.append(values[start : start + size])
-        start += size
-    return out

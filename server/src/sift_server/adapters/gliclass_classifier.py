@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -39,7 +37,13 @@ from sift_server.adapters._extract_common import (
     reject_options,
     resolve_labels,
 )
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device, tokenizer_limit
+from sift_server.adapters._torch_runtime import (
+    configure_threads,
+    module_bytes,
+    release_module,
+    select_device,
+    tokenizer_limit,
+)
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -181,10 +185,7 @@ class GliClassAdapter(Adapter):
         return module_bytes(self.model)
 
     def close(self) -> None:
-        # Drop the weights now rather than when the last reference goes away.
-        self.model.to("meta")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_module(self.model, self.device)
 
     def _forward_group(self, parts: Sequence[Part]) -> list[list[dict[str, Any]]]:
         """One pipeline call over every (text, label set) row of the parts; the

@@ -20,8 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -30,7 +28,13 @@ from sift_server.adapters._extract_common import (
     reject_options,
     resolve_labels,
 )
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device, tokenizer_limit
+from sift_server.adapters._torch_runtime import (
+    configure_threads,
+    module_bytes,
+    release_module,
+    select_device,
+    tokenizer_limit,
+)
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -41,6 +45,7 @@ from sift_server.adapters.base import (
     TaskInput,
 )
 from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.forward_io import split_by_parts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -155,10 +160,7 @@ class GlinerAdapter(Adapter):
         return module_bytes(self.model)
 
     def close(self) -> None:
-        # Drop the weights now rather than when the last reference goes away.
-        self.model.to("meta")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_module(self.model, self.device)
 
     def _forward_group(self, parts: Sequence[Part]) -> list[list[dict[str, Any]]]:
         """One library call for parts that share labels and settings."""
@@ -173,13 +175,7 @@ class GlinerAdapter(Adapter):
             batch_size=len(texts),  # the whole fused batch in one encoder forward
         )
         items = [extract_item(entities=[_entity(e) for e in found]) for found in predictions]
-        out: list[list[dict[str, Any]]] = []
-        start = 0
-        for part in parts:
-            size = part.stop - part.start
-            out.append(items[start : start + size])
-            start += size
-        return out
+        return split_by_parts(items, parts)
 
     def _prompt_words(self, labels: tuple[str, ...]) -> list[str]:
         """The label prompt exactly as the library prepends it to the words."""

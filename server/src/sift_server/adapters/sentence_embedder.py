@@ -21,6 +21,7 @@ from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.forward_io import split_by_parts
 
 if TYPE_CHECKING:
     import torch
@@ -186,13 +187,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         for part in parts:
             rows.extend(part.prepared.payload[part.start : part.stop])
         vectors = _embed(self.runner, rows, self.pad_id, self.pooling, self.normalize)
-        out: list[list[Any]] = []
-        offset = 0
-        for part in parts:
-            n = part.stop - part.start
-            out.append(list(vectors[offset : offset + n]))
-            offset += n
-        return out
+        return split_by_parts(list(vectors), parts)
 
     def memory_bytes(self) -> int:
         return self.runner.memory_bytes()

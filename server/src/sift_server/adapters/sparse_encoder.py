@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes, select_device
+from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.forward_io import split_by_parts
 
 
 class SparseVector:
@@ -144,18 +145,10 @@ class SparseEncoderAdapter(Adapter):
             if self.max_active_dims is not None:
                 embeddings = select_max_active_dims(embeddings, max_active_dims=self.max_active_dims)
         vectors = to_sparse_vectors(embeddings)
-        out: list[list[Any]] = []
-        offset = 0
-        for part in parts:
-            n = part.stop - part.start
-            out.append([{"sparse": v} for v in vectors[offset : offset + n]])
-            offset += n
-        return out
+        return split_by_parts([{"sparse": v} for v in vectors], parts)
 
     def memory_bytes(self) -> int:
         return module_bytes(self.model)
 
     def close(self) -> None:
-        torch.nn.Module.to(self.model, "meta")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_module(self.model, self.device)

@@ -17,7 +17,7 @@ from sift_server import __version__
 from sift_server.adapters.base import Adapter
 from sift_server.api import health, models, native, openai
 from sift_server.api.errors import OPENAI_PATH, openai_envelope
-from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.middleware import install_front_door
 from sift_server.api.state import ServerState
 from sift_server.config import Settings
 from sift_server.engine.batch_queue import Caps
@@ -128,5 +128,5 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     for module in (native, openai, models, health):
         app.include_router(module.router)
-    app.add_middleware(SiftMiddleware, state=state, answer_native=True)
+    install_front_door(app, state, answer_native=True)
     return app

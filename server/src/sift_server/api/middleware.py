@@ -1,13 +1,24 @@
-"""Pure ASGI middleware on the hot path: drain gate, API key, declared body
-size, the ingress count (a request is counted the moment its headers arrive,
-before its body is read), and the native POST routes answered directly
-(``api.native.serve_native``) rather than through FastAPI's router."""
+"""The HTTP front door: small pure-ASGI layers on the hot path, one job each.
+
+From the outside in (``install_front_door`` stacks them):
+
+* ``DrainGate``: 503 to every new request once a shutdown signal came;
+* ``ApiKeyGate``: 401 without the configured bearer key;
+* ``BodyLimit``: 413 from the declared Content-Length, before the body is read;
+* ``IngressCount``: counts a native request for its model the moment its
+  headers arrive, before its body is read (the adaptive policy learns from it);
+* ``NativeRoutes``: answers the native POST routes directly
+  (``api.native.serve_native``) rather than through FastAPI's router.
+
+Health probes pass every layer untouched. A refusal is a domain error
+(``sift_server.errors``) rendered by the envelope of the path's API family
+(``api.errors.envelope_for_path``), like every other error.
+"""
 
 from __future__ import annotations
 
 import hmac
 import json
-import time
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -19,21 +30,16 @@ from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthoriz
 from sift_server.service.common import split_profile
 
 PROBES = frozenset({"/healthz", "/livez", "/readyz"})
-_NATIVE_PREFIXES = ("/v1/encode/", "/v1/score/", "/v1/extract/")
+NATIVE_PREFIXES = ("/v1/encode/", "/v1/score/", "/v1/extract/")
 
 
-async def _send_error(send: Send, path: str, error: SiftError, extra: dict[str, str] | None = None) -> None:
-    """The error in the envelope of the path's API family (OpenAI or native)."""
-    status, body, headers = envelope_for_path(path, error)
-    await _send_json(send, status, body, {**headers, **(extra or {})})
+def _gated(scope: Scope) -> bool:
+    """An HTTP request other than a health probe."""
+    return scope["type"] == "http" and scope["path"] not in PROBES
 
 
-async def _send_json(send: Send, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-    raw = json.dumps(body).encode()
-    header_list = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
-    header_list += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": header_list})
-    await send({"type": "http.response.body", "body": raw})
+def _native(scope: Scope) -> bool:
+    return scope["type"] == "http" and str(scope["path"]).startswith(NATIVE_PREFIXES)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -43,64 +49,114 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-class SiftMiddleware:
-    """``answer_native``: answer the native POST routes here from ``state``'s
-    registry (``sift serve``). Off where the app's native routes do something
-    else (the cluster gateway forwards them to workers)."""
+async def send_error(send: Send, path: str, error: SiftError, extra: dict[str, str] | None = None) -> None:
+    """``error`` in the envelope of the path's API family (OpenAI or native)."""
+    status, body, headers = envelope_for_path(path, error)
+    raw = json.dumps(body).encode()
+    header_list = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    header_list += [(k.lower().encode(), v.encode()) for k, v in {**headers, **(extra or {})}.items()]
+    await send({"type": "http.response.start", "status": status, "headers": header_list})
+    await send({"type": "http.response.body", "body": raw})
 
-    def __init__(self, app: ASGIApp, state: ServerState, *, answer_native: bool = False) -> None:
+
+class DrainGate:
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
         self.app = app
         self.state = state
-        self.answer_native = answer_native
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path: str = scope["path"]
-        if path in PROBES:
-            await self.app(scope, receive, send)
-            return
-        state = self.state
-        if state.draining:
-            await _send_error(
-                send, path, ShuttingDown("The server is draining after a shutdown signal; retry elsewhere.")
-            )
-            return
-        if state.settings.api_key and not self._authorized(scope):
-            refusal = Unauthorized("Missing or invalid API key: send 'Authorization: Bearer <key>'.")
-            await _send_error(send, path, refusal, {"WWW-Authenticate": "Bearer"})
-            return
-        native = path.startswith(_NATIVE_PREFIXES)
-        if native or path == OPENAI_PATH:
-            declared = _header(scope, b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > state.settings.max_body_bytes:
-                error = BodyTooLarge(f"Request body exceeds the limit of {state.settings.max_body_bytes} bytes.")
-                await _send_error(send, path, error)
-                return
-        if native:
-            ticket = self._ingress(path)
-            if ticket is not None:
-                scope["sift.ingress"] = ticket
-            try:
-                if not (self.answer_native and await serve_native(scope, receive, send, state)):
-                    await self.app(scope, receive, send)
-            finally:
-                if ticket is not None:
-                    ticket.end()
+        if self.state.draining and _gated(scope):
+            refusal = ShuttingDown("The server is draining after a shutdown signal; retry elsewhere.")
+            await send_error(send, scope["path"], refusal)
             return
         await self.app(scope, receive, send)
 
-    def _authorized(self, scope: Scope) -> bool:
-        value = _header(scope, b"authorization") or ""
-        scheme, _, token = value.partition(" ")
-        key = self.state.settings.api_key or ""
+
+class ApiKeyGate:
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self.state.settings.api_key
+        if key and _gated(scope) and not self._authorized(scope, key):
+            refusal = Unauthorized("Missing or invalid API key: send 'Authorization: Bearer <key>'.")
+            await send_error(send, scope["path"], refusal, {"WWW-Authenticate": "Bearer"})
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _authorized(scope: Scope, key: str) -> bool:
+        scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
+        # Constant time: a key must not leak through how fast a wrong one is refused.
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
-    def _ingress(self, path: str) -> Any:
+
+class BodyLimit:
+    """The declared size only: a body without Content-Length (chunked) is
+    bounded while it is read (``api.body``)."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _native(scope) or (scope["type"] == "http" and scope["path"] == OPENAI_PATH):
+            limit = self.state.settings.max_body_bytes
+            declared = _header(scope, b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                await send_error(send, scope["path"], BodyTooLarge(f"Request body exceeds the limit of {limit} bytes."))
+                return
+        await self.app(scope, receive, send)
+
+
+class IngressCount:
+    """Opens the model's ingress ticket (``scope["sift.ingress"]``) when the
+    headers arrive; admission ends it, and so does the end of the request."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _native(scope):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
         model = path.split("/", 3)[3] if path.count("/") >= 3 else ""
-        name, _ = split_profile(model)
-        record = self.state.registry.records.get(name)
-        if record is None or record.worker is None:
-            return None
-        return record.worker.ingress.begin(time.perf_counter())
+        ticket = self.state.registry.begin_ingress(split_profile(model)[0])
+        if ticket is None:
+            await self.app(scope, receive, send)
+            return
+        scope["sift.ingress"] = ticket
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            ticket.end()
+
+
+class NativeRoutes:
+    """``sift serve``'s native POSTs answered from its registry; anything else
+    (other methods, the OpenAPI routes) goes on to FastAPI."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _native(scope) and await serve_native(scope, receive, send, self.state):
+            return
+        await self.app(scope, receive, send)
+
+
+# Innermost first: Starlette's add_middleware puts each new layer outside the previous ones.
+FRONT_DOOR: tuple[type[Any], ...] = (NativeRoutes, IngressCount, BodyLimit, ApiKeyGate, DrainGate)
+
+
+def install_front_door(app: Any, state: ServerState, *, answer_native: bool) -> None:
+    """Stack the layers on ``app``. ``answer_native``: ``sift serve``; off where
+    the app's native routes do something else (the gateway forwards them)."""
+    for layer in FRONT_DOOR:
+        if layer is NativeRoutes and not answer_native:
+            continue
+        app.add_middleware(layer, state=state)

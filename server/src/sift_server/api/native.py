@@ -124,8 +124,8 @@ async def serve_native(scope: Scope, receive: Receive, send: Send, state: Server
     return True
 
 
-# Reached through FastAPI only where the middleware's fast path (serve_native) is
-# not in front, e.g. an app assembled without SiftMiddleware.
+# Reached through FastAPI only where the front door's NativeRoutes layer
+# (serve_native) is not in front, e.g. the cluster worker's app.
 @router.post("/v1/encode/{model:path}", summary="Embed items (dense vectors)")
 async def encode_route(request: Request, model: str) -> Response:
     return await _serve(request, model, "encode", EncodeBody, encode)

@@ -35,7 +35,7 @@ from sift_server.api import health
 from sift_server.api.app import _http_exception
 from sift_server.api.body import read_body
 from sift_server.api.errors import native_error, openai_error
-from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.middleware import install_front_door
 from sift_server.api.models import model_info
 from sift_server.api.native import request_id_of
 from sift_server.api.openai import _OPENAPI_BODY
@@ -337,7 +337,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     for module_router in (router, health.router):
         app.include_router(module_router)
-    app.add_middleware(SiftMiddleware, state=state)
+    install_front_door(app, state, answer_native=False)
     return app
 
 

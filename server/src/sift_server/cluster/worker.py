@@ -39,7 +39,7 @@ from nats.js.kv import KeyValue
 from starlette.types import Message
 
 from sift_server.api.app import build_state, create_app
-from sift_server.api.middleware import SiftMiddleware
+from sift_server.api.middleware import FRONT_DOOR
 from sift_server.api.models import model_info
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
@@ -81,7 +81,7 @@ def worker_app(state: ServerState) -> FastAPI:
     front door: the stream replaces the middleware (the gateway checked the
     key and the size; ingress opens at delivery; drain is the worker's)."""
     app = create_app(state)
-    app.user_middleware = [m for m in app.user_middleware if cast(Any, m.cls) is not SiftMiddleware]
+    app.user_middleware = [m for m in app.user_middleware if cast(Any, m.cls) not in FRONT_DOOR]
     app.middleware_stack = None
     return app
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sift_server.adapters.base import Adapter
+from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.worker import ModelWorker
 from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
 from sift_server.registry import calibrate as calibration
@@ -123,6 +124,15 @@ class Registry:
             suffix = f" Did you mean '{by_lower[hint[0]]}'?" if hint else ""
             raise ModelNotFound(f"Model '{name}' not found.{suffix}")
         return record
+
+    def begin_ingress(self, name: str) -> IngressTicket | None:
+        """Count a request for model ``name`` whose headers arrived and whose body
+        is not read yet; None where the model has no worker (unknown or not
+        loaded: nothing is batching for it to learn from the count)."""
+        record = self.records.get(name)
+        if record is None or record.worker is None:
+            return None
+        return record.worker.ingress.begin(time.perf_counter())
 
     def ready_worker(self, name: str) -> tuple[ModelRecord, ModelWorker]:
         """The model's worker if loaded; otherwise start loading and raise."""
