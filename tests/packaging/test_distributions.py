@@ -66,3 +66,13 @@ def test_the_installed_bench_registers_its_commands() -> None:
     subcommands = next(a for a in parser._actions if a.dest == "command")
     bench = subcommands.choices["bench"]  # type: ignore[attr-defined]
     assert "--workload" in bench.format_help()
+
+
+def test_building_the_cli_does_not_import_the_plotting_library() -> None:
+    # Every `sift` command (serve included) builds the parser with the bench's commands.
+    import subprocess
+    import sys
+
+    code = "import sys; from sift_server.cli import build_parser; build_parser(); print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

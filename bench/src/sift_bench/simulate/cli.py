@@ -9,7 +9,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from sift_bench.simulate import plots
 from sift_bench.simulate.report import (
     summary_table,
     verdict_table,
@@ -137,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
             },
         }
         write_json(args.out / "results.json", config, summaries, results)
+        # matplotlib costs ~0.7 s to import: only when plotting, not for every `sift` command.
+        from sift_bench.simulate import plots
+
         plots.plot_overview(summaries, args.out / "overview.png")
         for forward in forwards:
             plots.plot_main(summaries, results, forward.name, args.out / f"main-{forward.name}.png")
