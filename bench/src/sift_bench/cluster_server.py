@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from sift_bench.server_proc import ServerSpec, ServerStartError, child_env, free_port, pin_prefix
+from sift_bench.server_proc import ServerSpec, ServerStartError, child_env, free_port, log_tail, pin_prefix
 
 
 @dataclass(slots=True)
@@ -117,8 +117,4 @@ class ClusterServer:
         return self.returncode
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.spec.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.spec.log_path, lines)

@@ -76,6 +76,15 @@ def child_env(pythonpath: Path | None = None, extra: dict[str, str] | None = Non
     return env
 
 
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` of a server's log ("" while there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
 @dataclass(slots=True)
 class ServerSpec:
     model: str
@@ -180,11 +189,7 @@ class ServerProcess:
         return self.returncode
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.spec.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.spec.log_path, lines)
 
     def __enter__(self) -> ServerProcess:
         return self.start()

@@ -142,10 +142,10 @@ async def embeddings(request: Request) -> Response:
         model = body.model
         texts = _texts(body.input)
         record = state.registry.record(body.model)
-        if ingress is None and record.worker is not None:
+        if ingress is None:
             # The model is only known once the body is parsed: count the request
             # from here, so OpenAI traffic feeds the arrival model as well.
-            ingress = record.worker.ingress.begin(started)
+            ingress = state.registry.begin_ingress(body.model, started)
         if "encode" not in record.spec.tasks:
             raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model")
         native = EncodeBody(items=[Item(text=t) for t in texts])

@@ -125,14 +125,15 @@ class Registry:
             raise ModelNotFound(f"Model '{name}' not found.{suffix}")
         return record
 
-    def begin_ingress(self, name: str) -> IngressTicket | None:
-        """Count a request for model ``name`` whose headers arrived and whose body
-        is not read yet; None where the model has no worker (unknown or not
-        loaded: nothing is batching for it to learn from the count)."""
+    def begin_ingress(self, name: str, arrival: float | None = None) -> IngressTicket | None:
+        """Count a request for model ``name`` whose headers arrived (at ``arrival``,
+        default now) and that is not admitted yet; None where the model has no
+        worker (unknown or not loaded: nothing is batching for it to learn from
+        the count)."""
         record = self.records.get(name)
         if record is None or record.worker is None:
             return None
-        return record.worker.ingress.begin(time.perf_counter())
+        return record.worker.ingress.begin(time.perf_counter() if arrival is None else arrival)
 
     def ready_worker(self, name: str) -> tuple[ModelRecord, ModelWorker]:
         """The model's worker if loaded; otherwise start loading and raise."""
