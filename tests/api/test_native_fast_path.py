@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -15,32 +14,18 @@ import msgpack
 import pytest
 
 from sift_server.api import native
-from sift_server.api.app import build_state, create_app
+from sift_server.api.app import build_state
 from sift_server.api.state import ServerState
 from sift_server.config import Settings
 from sift_server.engine.trace import ForwardRecord, JsonlTrace
 from sift_server.metrics import Metrics
-from sift_server.registry.catalog import Catalog
-from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
-
-
-@pytest.fixture(scope="module")
-def tiny_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tiny-fast-path")
-    catalog = root / "catalog"
-    write_catalog_entry(catalog, build_tiny_embedder(root / "model"))
-    return catalog
+from tests.api.inprocess import Client, MakeClient
+from tests.fixtures.tiny_embedder import TINY_EMBEDDER
 
 
 @pytest.fixture
-async def app_client(tiny_catalog_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, ServerState]]:
-    settings = Settings(default_model=TINY_EMBEDDER, catalog=[tiny_catalog_dir], torch_threads=1, calibrate=False)
-    state = build_state(settings, catalog=Catalog.from_dirs([tiny_catalog_dir], include_shipped=False))
-    app = create_app(state)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
-            yield client, state
+async def app_client(make_client: MakeClient) -> Client:
+    return await make_client(calibrate=False)
 
 
 async def test_fast_path_answers_like_the_route(
