@@ -140,6 +140,15 @@ def test_threads_are_explicit(embedder_dir: Path, cache_dir: Path) -> None:
     assert int(vino.runner.compiled.get_property("INFERENCE_NUM_THREADS")) == 1
 
 
+def test_a_bare_context_runs_torch_fp32_without_probing(embedder_dir: Path) -> None:
+    # Parity tests load their references through bare contexts: a reference that
+    # chose bf16 by timing made the LoRA parity tests fail at random.
+    bare = LoadContext(path=embedder_dir, options={"device": "cpu"}, max_sequence_length=None, torch_threads=1)
+    adapter = SentenceEmbedderAdapter.load(bare)
+    runtime = adapter.info.runtime
+    assert (runtime["backend"], runtime["precision"], runtime["selected_by"]) == ("torch", "fp32", "catalog")
+
+
 # ---- auto --------------------------------------------------------------------
 
 

@@ -103,8 +103,9 @@ class LoadContext:
     """What an adapter needs to load: a resolved local folder and its options.
 
     ``backend``/``precision``/``tolerance`` come from the catalog entry (see
-    ``adapters/_backends.py``); a bare context runs PyTorch as it always did,
-    the catalog's default is ``auto``. ``torch_threads`` is the thread count of
+    ``adapters/_backends.py``); a bare context runs PyTorch fp32 without
+    probing (tests load their references that way), the catalog's default is
+    ``auto``; a ``precision`` of None leaves the precision to choose. ``torch_threads`` is the thread count of
     every backend, not only PyTorch's."""
 
     path: Path
@@ -112,7 +113,7 @@ class LoadContext:
     max_sequence_length: int | None
     torch_threads: int
     backend: str = "torch"
-    precision: str | None = None
+    precision: str | None = "fp32"
     tolerance: float | None = None
     cache_dir: Path | None = None
 
