@@ -35,3 +35,17 @@ def test_reachable_ceiling_only_counts_batches_the_in_flight_items_can_form() ->
     assert reachable_ceiling(ceiling, 8) == {"size": 8.0, "items_per_s": 250.0}
     assert reachable_ceiling(ceiling, 64) == {"size": 64.0, "items_per_s": 400.0}
     assert reachable_ceiling({"sizes": {"16": {"items_per_s": 1.0}}}, 8) is None
+
+
+def test_ceiling_batches_cover_every_text_of_the_workload() -> None:
+    # The ceiling once timed eight batches per size: with one passage in twenty
+    # texts, its figure moved with how many passages the sample happened to hold.
+    from sift_bench.ceiling import batches_covering
+
+    texts = [f"t{i}" for i in range(10)]
+    batches = batches_covering(texts, 4)
+    assert [len(b) for b in batches] == [4, 4, 4]
+    assert {t for b in batches for t in b} == set(texts)
+    assert batches[-1] == ["t8", "t9", "t0", "t1"]
+    assert batches_covering(texts, 1) == [[t] for t in texts]
+    assert batches_covering(texts, 64) == [[texts[k % 10] for k in range(64)]]

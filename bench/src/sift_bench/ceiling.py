@@ -3,8 +3,8 @@
 Run as a child process (``python -m sift_bench.ceiling``) pinned to the
 server's CPUs with the server's torch threads, so that it measures what the
 server's forward could do on the same core. Tokenization is done beforehand;
-only the forward is timed, on batches of the same texts the benchmark sends,
-run as the server runs them: cut into sub-forwards of similar length
+only the forward is timed, on whole passes over the texts the benchmark sends
+(so the mix of lengths is the workload's), run as the server runs them: cut into sub-forwards of similar length
 (``engine.padding``) with the fixed cost measured here first, as the server
 learns it. On mixed lengths one padded forward of a whole batch would be a
 straw man (a 16-text batch with one long passage runs several times slower)."""
@@ -27,7 +27,16 @@ from sift_bench.stats import median
 from sift_bench.workload import WORKLOADS, Workload, texts_for
 
 GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
-_BATCHES_PER_SIZE = 8
+
+
+def batches_covering(texts: Sequence[str], size: int) -> list[list[str]]:
+    """Batches of ``size`` that together hold every text once (the last one filled
+    from the start): a pass over them has the workload's mix of lengths. A sample of
+    a few batches does not: one in twenty mixed texts is a passage, so eight batches
+    of eight held anywhere from none to several and the ceiling moved by 1.6x with
+    the sample."""
+    count = len(texts)
+    return [[texts[(b * size + k) % count] for k in range(size)] for b in range(-(-count // size))]
 
 
 def measure(
@@ -36,12 +45,13 @@ def measure(
     sizes: Sequence[int],
     *,
     min_time_s: float = 0.5,
-    min_reps: int = 3,
-    max_reps: int = 200,
+    min_passes: int = 2,
+    max_passes: int = 50,
     progress: Callable[[int], None] = lambda size: None,
     request: RequestSpec = ENCODE_DENSE,
 ) -> dict[str, Any]:
-    """Median seconds of one forward per batch size, for the request spec's primitive."""
+    """Per batch size: items/s over whole passes of the texts (the median pass), and
+    the median time of one forward, for the request spec's primitive."""
     from sift_server.adapters.base import EncodeTask, ExtractTask, Part, ScoreTask, TaskInput
     from sift_server.engine import padding
 
@@ -59,8 +69,8 @@ def measure(
     out: dict[str, Any] = {}
     for size in sorted(set(sizes)):
         forwards = []
-        for b in range(_BATCHES_PER_SIZE):
-            prepared = prepare([texts[(b * size + k) % len(texts)] for k in range(size)])
+        for batch in batches_covering(texts, size):
+            prepared = prepare(batch)
             groups = padding.plan(prepared.item_costs, fixed_tokens)
             forwards.append([[Part(prepared, i, i + 1) for i in group] for group in groups])
 
@@ -70,14 +80,16 @@ def measure(
 
         run(forwards[0])  # not timed: first call at this shape
         times: list[float] = []
+        rates: list[float] = []
         until = time.perf_counter() + min_time_s
-        while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() < until):
-            chunks = forwards[len(times) % len(forwards)]
-            t0 = time.perf_counter()
-            run(chunks)
-            times.append(time.perf_counter() - t0)
-        mid = median(times)
-        out[str(size)] = {"median_s": mid, "items_per_s": size / mid, "times_s": times}
+        while len(rates) < max_passes and (len(rates) < min_passes or time.perf_counter() < until):
+            pass_start = len(times)
+            for chunks in forwards:
+                t0 = time.perf_counter()
+                run(chunks)
+                times.append(time.perf_counter() - t0)
+            rates.append(size * len(forwards) / sum(times[pass_start:]))
+        out[str(size)] = {"median_s": median(times), "items_per_s": median(rates), "times_s": times}
         progress(size)
     return out
 
@@ -115,7 +127,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", required=True, help="comma-separated batch sizes")
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--min-time", type=float, default=0.5)
-    parser.add_argument("--min-reps", type=int, default=3)
+    parser.add_argument("--min-passes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload", choices=WORKLOADS, default="short")
     parser.add_argument("--request", default="{}", help="the bench's request spec as JSON (primitive, labels, query)")
@@ -138,7 +150,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         fields["labels"] = tuple(fields["labels"])
     texts = texts_for(args.workload, seed=args.seed)
     measured = measure(
-        adapter, texts, sizes, min_time_s=args.min_time, min_reps=args.min_reps, progress=note,
+        adapter, texts, sizes, min_time_s=args.min_time, min_passes=args.min_passes, progress=note,
         request=RequestSpec(**fields),
     )  # fmt: skip
     result = {
