@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from raw_http import RawConnection, RawResponse  # scripts/, beside this file
 
-from sift_server.cluster.local import Proc, free_port, spawn, start_nats, wait_port
+from sift_server.processes import SiftProcess, free_port, spawn, start_nats, wait_port
 from tests.cluster.conftest import live_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
@@ -43,7 +43,7 @@ def pinned(cpus: str | None, command: list[str]) -> list[str]:
     return ["taskset", "-c", cpus, *command] if cpus else command
 
 
-def wait_ready(url: str, proc: Proc, model: str, timeout: float = 300) -> None:
+def wait_ready(url: str, proc: SiftProcess, model: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
@@ -63,7 +63,7 @@ class Setup:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.procs: list[Proc] = []
+        self.procs: list[SiftProcess] = []
         self.nats_url = ""
         self.url = ""
 
@@ -97,7 +97,7 @@ class Setup:
             self.add_worker(f"w{i}", worker_args, worker_cpus)
         self.url = f"http://127.0.0.1:{port}"
 
-    def add_worker(self, name: str, args: list[str], cpus: str | None) -> Proc:
+    def add_worker(self, name: str, args: list[str], cpus: str | None) -> SiftProcess:
         proc = spawn(
             name,
             pinned(cpus, [*LAUNCHER, "worker", "--nats-url", self.nats_url, "--worker-id", name, *args]),
@@ -312,7 +312,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_by_process(procs: list[Proc]) -> dict[str, float]:
+def cpu_by_process(procs: list[SiftProcess]) -> dict[str, float]:
     out = {p.name: cpu_seconds(p.process.pid) for p in procs if p.alive()}
     times = os.times()
     out["client"] = times.user + times.system

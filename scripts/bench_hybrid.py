@@ -3,7 +3,7 @@
 ``sift primitives`` (bench/src/sift_bench/primitives.py) measures score
 and extract of the cross-encoder, GLiNER and GLiClass adapters. This script
 does the same for the sparse encoder (encode) and ColBERT (encode and score),
-reusing its pieces (server process, CPU pinning, texts, median): 32 inputs per
+reusing its pieces (server timing, library timing, rows, CPU pinning, texts): 32 inputs per
 request, ``--requests`` sequential requests through the HTTP API with one
 torch thread on the server's core; then the reference library's own batch
 call on the same 32 inputs, as often, pinned to the same core with one torch
@@ -29,16 +29,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sift_bench.primitives import ITEMS, QUERY, efficiency_row, median_seconds, print_rows, server_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 PYLATE_STACK = ROOT / ".venv" / "pylate-ref"
-ITEMS = 32
-QUERY = "who founded the company and where is it based?"
 
 
 def _texts() -> list[str]:
@@ -93,19 +90,6 @@ def _pylate_build(minilm: str, out: str) -> None:
 # ---- the reference libraries' batch calls --------------------------------------------
 
 
-def _time(call: Callable[[], object], requests: int) -> float:
-    from sift_bench.stats import median
-
-    for _ in range(3):
-        call()
-    seconds = []
-    for _ in range(requests):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return median(seconds)
-
-
 def _pylate_time(folder: str, task: str, requests: int) -> None:
     """Child process on PyLate's stack: print the median seconds of one batch call."""
     import torch
@@ -127,7 +111,7 @@ def _pylate_time(folder: str, task: str, requests: int) -> None:
                 scores.colbert_scores(torch.from_numpy(query[0])[None], torch.from_numpy(d)[None]) for d in documents
             ]
 
-    print(json.dumps({"seconds": _time(call, requests)}))
+    print(json.dumps({"seconds": median_seconds(call, requests)}))
 
 
 def _library_seconds(adapter: str, folder: Path, task: str, requests: int, cpus: set[int] | None) -> float:
@@ -136,7 +120,7 @@ def _library_seconds(adapter: str, folder: Path, task: str, requests: int, cpus:
 
         model = SparseEncoder(str(folder), device="cpu", local_files_only=True)
         texts = _texts()
-        return _time(lambda: model.encode_document(texts, batch_size=ITEMS), requests)
+        return median_seconds(lambda: model.encode_document(texts, batch_size=ITEMS), requests)
     if adapter == "colbert":
         from sift_bench.server_proc import pin_prefix
 
@@ -154,70 +138,30 @@ def _library_seconds(adapter: str, folder: Path, task: str, requests: int, cpus:
 # ---- the server --------------------------------------------------------------------
 
 
-def _body(task: str) -> bytes:
+def _body(task: str, adapter: str) -> bytes:
     import msgpack
 
     items = [{"text": t} for t in _texts()]
     if task == "score":
-        return msgpack.packb({"query": {"text": QUERY}, "items": items})
+        return bytes(msgpack.packb({"query": {"text": QUERY}, "items": items}))
     output = {"sparse-encoder": "sparse", "colbert": "multivector"}
-    return msgpack.packb({"items": items, "params": {"output_types": [output[_ADAPTER]]}})
-
-
-_ADAPTER = ""
+    return bytes(msgpack.packb({"items": items, "params": {"output_types": [output[adapter]]}}))
 
 
 def measure(name: str, catalogs: list[Path], requests: int, server_cpus: set[int] | None) -> list[dict[str, Any]]:
-    import httpx
-
-    from sift_bench.server_proc import ServerProcess, ServerSpec
-    from sift_bench.stats import median
     from sift_server.registry.catalog import Catalog, resolve_local_path
 
-    global _ADAPTER
     spec = Catalog.from_dirs(catalogs).get(name)
-    _ADAPTER = spec.adapter
     folder = resolve_local_path(spec)
     assert folder is not None, "measure local models (a path or package source)"
-    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
-    rows = []
-    server_seconds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        server_spec = ServerSpec(
-            model=name,
-            policy="adaptive",
-            log_path=Path(tmp) / "log",
-            trace_path=Path(tmp) / "trace.jsonl",
-            catalogs=catalogs,
-            cpus=server_cpus,
-        )
-        with ServerProcess(server_spec) as server, httpx.Client(base_url=server.url, timeout=300) as client:
-            for task in spec.tasks:
-                body = _body(task)
-                for _ in range(3):
-                    client.post(f"/v1/{task}/{name}", content=body, headers=headers).raise_for_status()
-                times = []
-                for _ in range(requests):
-                    start = time.perf_counter()
-                    client.post(f"/v1/{task}/{name}", content=body, headers=headers).raise_for_status()
-                    times.append(time.perf_counter() - start)
-                server_seconds[task] = median(times)
+    bodies: dict[str, bytes] = {task: _body(task, spec.adapter) for task in spec.tasks}
+    served = server_seconds(name, catalogs, server_cpus, bodies, requests)
     if server_cpus:
         os.sched_setaffinity(0, server_cpus)  # the library runs on the server's core, as the server did
-    for task in spec.tasks:
-        library = _library_seconds(spec.adapter, folder, task, requests, server_cpus)
-        server_rate, library_rate = ITEMS / server_seconds[task], ITEMS / library
-        rows.append(
-            {
-                "model": name,
-                "task": task,
-                "items_per_request": ITEMS,
-                "server_items_per_s": server_rate,
-                "library_items_per_s": library_rate,
-                "ratio": server_rate / library_rate,
-            }
-        )
-    return rows
+    return [
+        efficiency_row(name, task, served[task], _library_seconds(spec.adapter, folder, task, requests, server_cpus))
+        for task in spec.tasks
+    ]
 
 
 def main() -> int:
@@ -250,12 +194,7 @@ def main() -> int:
         if client_cpus:
             os.sched_setaffinity(0, client_cpus)
         rows.extend(measure(name, args.catalog, args.requests, server_cpus))
-    print(f"{'model':<24} {'task':<7} {'server items/s':>15} {'library items/s':>16} {'ratio':>6}")
-    for row in rows:
-        print(
-            f"{row['model']:<24} {row['task']:<7} {row['server_items_per_s']:>15.1f} "
-            f"{row['library_items_per_s']:>16.1f} {row['ratio']:>6.2f}"
-        )
+    print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -110,7 +110,7 @@ def _default_folder() -> Path:
 def coldstart(args: argparse.Namespace) -> int:
     import httpx
 
-    from sift_bench.server_proc import free_port
+    from sift_server.processes import free_port
 
     for backend in args.backends:
         port = free_port()

@@ -4,36 +4,11 @@ readiness, metrics and the worker's forward count."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
-import pytest
 
-from sift_server.api.app import build_state, create_app
 from sift_server.api.state import ServerState
-from sift_server.config import Settings
-from sift_server.registry.catalog import Catalog
-from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
-
-
-@pytest.fixture(scope="module")
-def tiny_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tiny-inprocess")
-    catalog = root / "catalog"
-    write_catalog_entry(catalog, build_tiny_embedder(root / "model"))
-    return catalog
-
-
-@pytest.fixture
-async def app_client(tiny_catalog_dir: Path) -> AsyncIterator[tuple[httpx.AsyncClient, ServerState]]:
-    settings = Settings(default_model=TINY_EMBEDDER, catalog=[tiny_catalog_dir], torch_threads=1)
-    state = build_state(settings, catalog=Catalog.from_dirs([tiny_catalog_dir], include_shipped=False))
-    app = create_app(state)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
-            yield client, state
+from tests.fixtures.tiny_embedder import TINY_EMBEDDER
 
 
 async def test_ready_then_draining_refuses_with_retry_after(app_client: tuple[httpx.AsyncClient, ServerState]) -> None:

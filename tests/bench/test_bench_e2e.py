@@ -8,41 +8,15 @@ from pathlib import Path
 import pytest
 
 from sift_bench.arms import policy_arm
-from sift_bench.phases import PhasePlan
-from sift_bench.runner import BenchConfig, run_bench
-from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from sift_bench.runner import run_bench
+from tests.bench.tiny_bench import tiny_bench
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_bench_end_to_end_joins_every_request(tmp_path: Path) -> None:
-    catalog = tmp_path / "catalog"
-    write_catalog_entry(catalog, build_tiny_embedder(tmp_path / "model"))
-    out = tmp_path / "out"
-    plan = PhasePlan(
-        sequential=10,
-        bursts=2,
-        burst_sizes=(8,),
-        concurrencies=(8,),
-        closed_seconds=1.0,
-        burst_gap_s=0.1,
-        settle_s=0.1,
-        warmup_sequential=3,
-        warmup_closed_s=0.3,
-    )
-    config = BenchConfig(
-        arms=[policy_arm("adaptive"), policy_arm("immediate")],
-        out_dir=out,
-        trials=1,
-        model=TINY_EMBEDDER,
-        catalogs=[catalog],
-        plan=plan,
-        client="sdk",
-        ceiling=True,
-        ceiling_min_time_s=0.01,
-        progress=False,
-        ready_timeout_s=300.0,
-    )
+    config = tiny_bench(tmp_path, [policy_arm("adaptive"), policy_arm("immediate")], "sdk", sequential=10, ceiling=True)
+    out = config.out_dir
     results = run_bench(config)
 
     # Files.

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from sift_bench.arms import ArmError, gateway_arm, is_gateway_arm, policy_arm
-from sift_bench.phases import PhasePlan
-from sift_bench.runner import BenchConfig, run_bench
+from sift_bench.runner import run_bench
 from sift_server.cli import build_parser
-from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from tests.bench.tiny_bench import tiny_bench
 
 
 def test_gateway_arms_parse_beside_policies() -> None:
@@ -34,32 +33,8 @@ def test_gateway_arm_runs_a_policy_through_the_queue() -> None:
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_bench_compares_direct_and_gateway_in_one_report(tmp_path: Path) -> None:
-    catalog = tmp_path / "catalog"
-    write_catalog_entry(catalog, build_tiny_embedder(tmp_path / "model"))
-    out = tmp_path / "out"
-    plan = PhasePlan(
-        sequential=5,
-        bursts=2,
-        burst_sizes=(8,),
-        concurrencies=(8,),
-        closed_seconds=1.0,
-        burst_gap_s=0.1,
-        settle_s=0.1,
-        warmup_sequential=2,
-        warmup_closed_s=0.3,
-    )
-    config = BenchConfig(
-        arms=[policy_arm("adaptive"), gateway_arm("gateway")],
-        out_dir=out,
-        trials=1,
-        model=TINY_EMBEDDER,
-        catalogs=[catalog],
-        plan=plan,
-        client="httpx",
-        ceiling=False,
-        progress=False,
-        ready_timeout_s=300.0,
-    )
+    config = tiny_bench(tmp_path, [policy_arm("adaptive"), gateway_arm("gateway")], "httpx", sequential=5)
+    out = config.out_dir
     results = run_bench(config)
     runs = {r["arm"]: r for r in results["runs"]}
     assert set(runs) == {"adaptive", "gateway"}

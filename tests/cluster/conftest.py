@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 
 from sift_server.cluster import local
-from sift_server.cluster.local import LocalCluster, Proc, spawn, start_local_cluster
+from sift_server.cluster.local import LocalCluster, start_local_cluster
+from sift_server.processes import SiftProcess, spawn
 
 LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
@@ -21,7 +22,7 @@ def start_cluster(folder: Path, workers: int, worker_args: Sequence[str], gatewa
     return start_local_cluster(workers, worker_args, gateway_args, folder=folder, launcher=LAUNCHER)
 
 
-def add_worker(cluster: LocalCluster, worker_id: str, args: Sequence[str]) -> Proc:
+def add_worker(cluster: LocalCluster, worker_id: str, args: Sequence[str]) -> SiftProcess:
     proc = spawn(
         worker_id,
         [*LAUNCHER, "worker", "--nats-url", cluster.nats_url, "--worker-id", worker_id, *args],

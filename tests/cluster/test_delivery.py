@@ -18,7 +18,7 @@ import nats
 import pytest
 
 from sift_server.cluster.codec import WorkRequest, pack_request
-from sift_server.cluster.local import LocalCluster, Proc, free_port, spawn, wait_port
+from sift_server.cluster.local import LocalCluster
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
     MSG_ID_HEADER,
@@ -27,6 +27,7 @@ from sift_server.cluster.subjects import (
     durable_name,
     work_subject,
 )
+from sift_server.processes import SiftProcess, free_port, spawn, wait_port
 from tests.cluster.conftest import LAUNCHER, add_worker, metric, post, start_cluster, wait_for, wait_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
@@ -86,7 +87,7 @@ def request_in_background(url: str, results: list[httpx.Response], text: str = "
     return thread
 
 
-def forward_started_on(paths: Paths, before: list[str], workers: list[Proc]) -> Proc:
+def forward_started_on(paths: Paths, before: list[str], workers: list[SiftProcess]) -> SiftProcess:
     """Wait for a new forward marker; the worker whose pid wrote it."""
     wait_for(lambda: len(markers(paths)) > len(before), "a forward to start", 60)
     new = sorted(set(markers(paths)) - set(before))[0]

@@ -8,8 +8,8 @@ from pathlib import Path
 import nats
 
 from sift_server.cluster.jetstream import ensure_stream
-from sift_server.cluster.local import start_nats
 from sift_server.cluster.subjects import STREAM, StreamLimits, model_token, work_subject
+from sift_server.processes import start_nats
 
 
 def test_model_tokens_are_single_safe_subject_tokens() -> None:

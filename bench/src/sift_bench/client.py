@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -86,6 +87,10 @@ def _check(status: int | None, echoed: str | None, request_id: str) -> str | Non
     return None
 
 
+# Checks an answer whose status and echoed id are right: why it is wrong (None: it is right).
+BodyCheck = Callable[[], str | None]
+
+
 @dataclass(slots=True)
 class _Exchange:
     request_id: str
@@ -99,7 +104,20 @@ class _HookedClient:
     the calling task's exchange, note when the request was handed to the HTTP
     stack, and keep the response's status and echoed id."""
 
-    def __init__(self, max_connections: int, timeout: float, http_transport: httpx.AsyncBaseTransport | None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dims: int | None,
+        *,
+        max_connections: int,
+        timeout: float,
+        http_transport: httpx.AsyncBaseTransport | None = None,
+        spec: RequestSpec = ENCODE_DENSE,
+    ) -> None:
+        self.model = model
+        self.dims = dims
+        self.spec = spec
         self.exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("exchange", default=None)
         self.http = httpx.AsyncClient(
             timeout=timeout,
@@ -107,6 +125,10 @@ class _HookedClient:
             event_hooks={"request": [self._on_request], "response": [self._on_response]},
             transport=http_transport,
         )
+        self._open(base_url.rstrip("/"), timeout)
+
+    def _open(self, base_url: str, timeout: float) -> None:
+        """Set up what the subclass sends with."""
 
     async def _on_request(self, request: httpx.Request) -> None:
         exchange = self.exchange.get()
@@ -120,33 +142,52 @@ class _HookedClient:
             exchange.status = response.status_code
             exchange.echoed = response.headers.get("x-request-id")
 
+    async def _request(self, texts: list[str]) -> BodyCheck:
+        """Send the request; what checks its answer once status and id are right."""
+        raise NotImplementedError
+
+    def _refusal(self) -> str | None:
+        """Why the exchange is invalid whatever its answer (None: it is not)."""
+        return None
+
+    async def send(self, request_id: str, texts: list[str]) -> Outcome:
+        exchange = _Exchange(request_id)
+        token = self.exchange.set(exchange)
+        try:
+            check_body = await self._request(texts)
+        except Exception as exc:  # every failure is an invalid response, never a crash
+            return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}", exchange.issued)
+        finally:
+            self.exchange.reset(token)
+        error = self._refusal() or _check(exchange.status, exchange.echoed, request_id)
+        if error is None:
+            try:
+                error = check_body()
+            except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+                error = f"malformed response: {type(exc).__name__}: {exc}"
+        return Outcome(error is None, exchange.status, error, exchange.issued)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
 
 class SdkTransport(_HookedClient):
     """``AsyncSiftClient`` on our hooked httpx client (no retries)."""
 
     kind = "sdk"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        dims: int | None,
-        *,
-        max_connections: int,
-        timeout: float,
-        http_transport: httpx.AsyncBaseTransport | None = None,
-        spec: RequestSpec = ENCODE_DENSE,
-    ) -> None:
+    def _open(self, base_url: str, timeout: float) -> None:
         from sift_sdk import AsyncSiftClient
 
-        super().__init__(max_connections, timeout, http_transport)
-        self.model = model
-        self.dims = dims
-        self.spec = spec
         self._client = AsyncSiftClient(base_url, timeout=timeout, retry_deadline_s=0.0, http_client=self.http)
 
+    async def _request(self, texts: list[str]) -> BodyCheck:
+        """Run the primitive through the SDK (it decodes the answer)."""
+        error = await self._call(texts)
+        return lambda: error
+
     async def _call(self, texts: list[str]) -> str | None:
-        """Run the primitive through the SDK; why the answer is wrong (None: it is right)."""
+        """Why the SDK's answer is wrong (None: it is right)."""
         spec = self.spec
         if spec.primitive == "score":
             result = await self._client.score(self.model, spec.query, texts)
@@ -162,23 +203,13 @@ class SdkTransport(_HookedClient):
             error = f"an item lacks its {spec.output_type} output"
         return error
 
-    async def send(self, request_id: str, texts: list[str]) -> Outcome:
-        exchange = _Exchange(request_id)
-        token = self.exchange.set(exchange)
-        try:
-            error = await self._call(texts)
-        except Exception as exc:  # every failure is an invalid response, never a crash
-            return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}", exchange.issued)
-        finally:
-            self.exchange.reset(token)
-        if self._client.last_retry_count:
-            return Outcome(False, exchange.status, f"retried {self._client.last_retry_count} times", exchange.issued)
-        error = _check(exchange.status, exchange.echoed, request_id) or error
-        return Outcome(error is None, exchange.status, error, exchange.issued)
+    def _refusal(self) -> str | None:
+        retries = self._client.last_retry_count
+        return f"retried {retries} times" if retries else None
 
     async def aclose(self) -> None:
         await self._client.aclose()
-        await self.http.aclose()
+        await super().aclose()
 
 
 def _nd_hook(obj: dict[Any, Any]) -> Any:
@@ -209,48 +240,19 @@ class HttpxTransport(_HookedClient):
 
     kind = "httpx"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        dims: int | None,
-        *,
-        max_connections: int,
-        timeout: float,
-        http_transport: httpx.AsyncBaseTransport | None = None,
-        spec: RequestSpec = ENCODE_DENSE,
-    ) -> None:
-        super().__init__(max_connections, timeout, http_transport)
-        self.dims = dims
-        self.spec = spec
-        self._url = f"{base_url.rstrip('/')}/v1/{spec.route}/{model}"
+    def _open(self, base_url: str, timeout: float) -> None:
+        self._url = f"{base_url}/v1/{self.spec.route}/{self.model}"
 
     def _check_body(self, content: bytes, items: int) -> str | None:
         if self.spec.primitive == "encode" and self.spec.output_type == "dense":
             return validate_dense(decode_encode_response(content, items), items, self.dims)
         return check_answer(self.spec, msgpack.unpackb(content, raw=False, strict_map_key=False), items)
 
-    async def send(self, request_id: str, texts: list[str]) -> Outcome:
+    async def _request(self, texts: list[str]) -> BodyCheck:
         body = msgpack.packb(self.spec.body(texts), use_bin_type=True)
         headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
-        exchange = _Exchange(request_id)
-        token = self.exchange.set(exchange)
-        try:
-            response = await self.http.post(self._url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return Outcome(False, None, f"{type(exc).__name__}: {exc}", exchange.issued)
-        finally:
-            self.exchange.reset(token)
-        error = _check(response.status_code, exchange.echoed, request_id)
-        if error is None:
-            try:
-                error = self._check_body(response.content, len(texts))
-            except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-                error = f"malformed response: {type(exc).__name__}: {exc}"
-        return Outcome(error is None, response.status_code, error, exchange.issued)
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
+        response = await self.http.post(self._url, content=body, headers=headers)
+        return lambda: self._check_body(response.content, len(texts))
 
 
 def sdk_available() -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_bench.server_proc import ServerProcess, ServerSpec, default_cpus
+from sift_bench.server_proc import default_cpus, measured_server
 from sift_bench.stats import percentile
 from sift_server.config import DEFAULT_MODEL
 
@@ -72,23 +71,14 @@ def _in_process(model: str, catalogs: Sequence[Path], cpus: set[int] | None, req
 def measure(
     model: str, catalogs: Sequence[Path], requests: int, server_cpus: set[int] | None, client_cpus: set[int] | None
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = ServerSpec(
-            model=model,
-            policy="adaptive",
-            log_path=Path(tmp) / "server.log",
-            trace_path=Path(tmp) / "trace.jsonl",
-            catalogs=catalogs,
-            cpus=server_cpus,
-        )
-        if client_cpus:
-            os.sched_setaffinity(0, client_cpus)
-        with ServerProcess(spec) as server:
-            assert server.process is not None
-            cold_start = server.startup_s
-            rss_ready = _rss_mib(server.process.pid)
-            latencies, queue = _http_latencies(server.url, model, requests)
-            rss_after = _rss_mib(server.process.pid)
+    if client_cpus:
+        os.sched_setaffinity(0, client_cpus)
+    with measured_server(model, catalogs, server_cpus) as server:
+        assert server.process is not None
+        cold_start = server.startup_s
+        rss_ready = _rss_mib(server.process.pid)
+        latencies, queue = _http_latencies(server.url, model, requests)
+        rss_after = _rss_mib(server.process.pid)
     forward = _in_process(model, catalogs, server_cpus, requests)
     http_p50, forward_p50 = percentile(latencies, 50), percentile(forward, 50)
     return {

@@ -11,22 +11,24 @@ server's efficiency on that primitive.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgpack
 
-from sift_bench.server_proc import ServerProcess, ServerSpec, default_cpus
+from sift_bench.server_proc import default_cpus, measured_server
 from sift_bench.stats import median
 from sift_bench.workload import make_texts
 
 LABELS = ["person", "location", "organization", "date"]
+ITEMS = 32
+QUERY = "who founded the company and where is it based?"
 
 
 def _library_call(adapter_name: str, folder: Path, query: str, texts: list[str]) -> Callable[[], object]:
@@ -53,12 +55,63 @@ def _library_call(adapter_name: str, folder: Path, query: str, texts: list[str])
     raise ValueError(f"no reference call for adapter {adapter_name!r}")
 
 
-def _request(task: str, query: str, texts: list[str]) -> tuple[str, bytes]:
+def _request(task: str, query: str, texts: list[str]) -> bytes:
     if task == "score":
         body = {"query": {"text": query}, "items": [{"text": t} for t in texts]}
     else:
         body = {"items": [{"text": t} for t in texts], "params": {"labels": LABELS}}
-    return task, msgpack.packb(body)
+    return bytes(msgpack.packb(body))
+
+
+def median_seconds(call: Callable[[], object], requests: int, warmup: int = 3) -> float:
+    """The median seconds of ``call`` over ``requests`` calls, after ``warmup`` calls."""
+    for _ in range(warmup):
+        call()
+    seconds = []
+    for _ in range(requests):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return median(seconds)
+
+
+def server_seconds(
+    name: str, catalogs: Sequence[Path], server_cpus: set[int] | None, bodies: Mapping[str, bytes], requests: int
+) -> dict[str, float]:
+    """Per task (``encode``, ``score``, ``extract``): the median seconds of one
+    MessagePack request with its body, sent one after another to a fresh server."""
+    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+    with (
+        measured_server(name, catalogs, server_cpus) as server,
+        httpx.Client(base_url=server.url, timeout=300) as client,
+    ):
+
+        def post(task: str) -> None:
+            client.post(f"/v1/{task}/{name}", content=bodies[task], headers=headers).raise_for_status()
+
+        return {task: median_seconds(functools.partial(post, task), requests) for task in bodies}
+
+
+def efficiency_row(model: str, task: str, server_s: float, library_s: float) -> dict[str, Any]:
+    """Items/s of the server and of the library on the same ``ITEMS`` inputs, and their ratio."""
+    server_rate, library_rate = ITEMS / server_s, ITEMS / library_s
+    return {
+        "model": model,
+        "task": task,
+        "items_per_request": ITEMS,
+        "server_items_per_s": server_rate,
+        "library_items_per_s": library_rate,
+        "ratio": server_rate / library_rate,
+    }
+
+
+def print_rows(rows: Sequence[Mapping[str, Any]]) -> None:
+    print(f"{'model':<28} {'task':<8} {'server items/s':>15} {'library items/s':>16} {'ratio':>6}")
+    for row in rows:
+        print(
+            f"{row['model']:<28} {row['task']:<8} {row['server_items_per_s']:>15.1f} "
+            f"{row['library_items_per_s']:>16.1f} {row['ratio']:>6.2f}"
+        )
 
 
 def measure_model(name: str, catalogs: Sequence[Path], requests: int, server_cpus: set[int] | None) -> dict[str, Any]:
@@ -66,46 +119,12 @@ def measure_model(name: str, catalogs: Sequence[Path], requests: int, server_cpu
 
     spec = Catalog.from_dirs(catalogs).get(name)
     task = "score" if "score" in spec.tasks else "extract"
-    texts = make_texts(32, seed=1)
-    query = "who founded the company and where is it based?"
-    route, body = _request(task, query, texts)
-    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
-    with tempfile.TemporaryDirectory() as tmp:
-        server_spec = ServerSpec(
-            model=name,
-            policy="adaptive",
-            log_path=Path(tmp) / "log",
-            trace_path=Path(tmp) / "trace.jsonl",
-            catalogs=catalogs,
-            cpus=server_cpus,
-        )
-        with ServerProcess(server_spec) as server, httpx.Client(base_url=server.url, timeout=120) as client:
-            for _ in range(3):
-                client.post(f"/v1/{route}/{name}", content=body, headers=headers).raise_for_status()
-            times = []
-            for _ in range(requests):
-                start = time.perf_counter()
-                client.post(f"/v1/{route}/{name}", content=body, headers=headers).raise_for_status()
-                times.append(time.perf_counter() - start)
+    texts = make_texts(ITEMS, seed=1)
+    served = server_seconds(name, catalogs, server_cpus, {task: _request(task, QUERY, texts)}, requests)
     folder = resolve_local_path(spec)
     assert folder is not None, "measure local models (a path or package source)"
-    call = _library_call(spec.adapter, folder, query, texts)
-    for _ in range(3):
-        call()
-    library = []
-    for _ in range(requests):
-        start = time.perf_counter()
-        call()
-        library.append(time.perf_counter() - start)
-    server_rate, library_rate = 32 / median(times), 32 / median(library)
-    return {
-        "model": name,
-        "task": task,
-        "items_per_request": 32,
-        "server_items_per_s": server_rate,
-        "library_items_per_s": library_rate,
-        "ratio": server_rate / library_rate,
-    }
+    library = median_seconds(_library_call(spec.adapter, folder, QUERY, texts), requests)
+    return efficiency_row(name, task, served[task], library)
 
 
 def register(subparsers: Any) -> None:
@@ -130,12 +149,7 @@ def _run(args: argparse.Namespace) -> int:
             os.sched_setaffinity(0, client_cpus)
         row = measure_model(name, args.catalog, args.requests, server_cpus)
         rows.append(row)
-    print(f"{'model':<28} {'task':<8} {'server items/s':>15} {'library items/s':>16} {'ratio':>6}")
-    for row in rows:
-        print(
-            f"{row['model']:<28} {row['task']:<8} {row['server_items_per_s']:>15.1f} "
-            f"{row['library_items_per_s']:>16.1f} {row['ratio']:>6.2f}"
-        )
+    print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -1,33 +1,33 @@
 """One ``sift serve`` process per run: a free port, optional CPU pinning with
 ``taskset``, a trace file, a captured log; stopped (and killed if need be)
-whatever happens in between."""
+whatever happens in between. Started and stopped with sift_server.processes."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import httpx
+from sift_server.processes import (
+    ProcessStartError,
+    SiftProcess,
+    free_port,
+    log_tail,
+    offline_env,
+    sift_command,
+    spawn,
+    wait_ready,
+)
 
-
-class ServerStartError(RuntimeError):
-    pass
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Raised when a server exits or is not ready in time while it starts.
+ServerStartError = ProcessStartError
 
 
 def parse_cpus(spec: str | None) -> set[int] | None:
@@ -68,21 +68,13 @@ def pin_prefix(cpus: set[int] | None) -> list[str]:
 
 
 def child_env(pythonpath: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    """Offline, unbuffered, and the revision's PYTHONPATH (or none of ours)."""
+    env = offline_env()
     env.pop("PYTHONPATH", None)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     env.update(extra or {})
     return env
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` of a server's log ("" while there is none)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass(slots=True)
@@ -103,7 +95,7 @@ class ServerSpec:
 class ServerProcess:
     spec: ServerSpec
     port: int = 0
-    process: subprocess.Popen[bytes] | None = None
+    server: SiftProcess | None = None
     startup_s: float = 0.0
     command: list[str] = field(default_factory=list)
     returncode: int | None = None
@@ -112,12 +104,17 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The server's process (its CPU is what the runner samples)."""
+        return self.server.process if self.server is not None else None
+
     def start(self) -> ServerProcess:
         spec = self.spec
         self.port = free_port()
         self.command = [
             *pin_prefix(spec.cpus),
-            sys.executable, "-m", "sift_server", "serve",
+            *sift_command(), "serve",
             "--port", str(self.port),
             "--model", spec.model,
             "--policy", spec.policy,
@@ -127,65 +124,27 @@ class ServerProcess:
             *[arg for folder in spec.catalogs for arg in ("--catalog", str(folder))],
             *spec.extra_args,
         ]  # fmt: skip
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        spec.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        spec.trace_path.unlink(missing_ok=True)
         started = time.perf_counter()
-        with spec.log_path.open("wb") as log:
-            log.write(("$ " + " ".join(self.command) + "\n").encode())
-            log.flush()
-            # Own session: a Ctrl-C in the terminal reaches us, and we stop the server ourselves.
-            self.process = subprocess.Popen(
-                self.command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=child_env(spec.pythonpath),
-                start_new_session=True,
-            )
+        prepare_logs(spec, self.command)
+        # Own session: a Ctrl-C in the terminal reaches us, and we stop the server ourselves.
+        self.server = spawn(
+            "sift serve", self.command, spec.log_path, env=child_env(spec.pythonpath), own_session=True, append=True
+        )
         try:
-            self._wait_ready(started)
+            wait_ready(self.url, [self.server], spec.ready_timeout_s)
         except BaseException:
             self.stop()
             raise
         self.startup_s = time.perf_counter() - started
         return self
 
-    def _wait_ready(self, started: float) -> None:
-        assert self.process is not None
-        deadline = started + self.spec.ready_timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.perf_counter() < deadline:
-                if self.process.poll() is not None:
-                    raise ServerStartError(
-                        f"server exited with status {self.process.returncode} before ready:\n{self.log_tail()}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(self.url + "/readyz").status_code == 200:
-                        return
-                time.sleep(0.1)
-        raise ServerStartError(f"server not ready after {self.spec.ready_timeout_s:.0f} s:\n{self.log_tail()}")
-
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.server is not None and self.server.alive()
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (the server drains), then SIGKILL to its process group."""
-        process = self.process
-        if process is None:
-            return None
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=timeout_s)
-        if process.poll() is None:
-            # Still there after the grace: kill its whole session (it runs in one of its own).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-        self.returncode = process.returncode
+        if self.server is not None:
+            self.returncode = self.server.stop(timeout=timeout_s)
         return self.returncode
 
     def log_tail(self, lines: int = 40) -> str:
@@ -198,3 +157,28 @@ class ServerProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def prepare_logs(spec: ServerSpec, command: Sequence[str]) -> None:
+    """A fresh log that starts with the command, and no trace of an earlier run."""
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    spec.log_path.write_text("$ " + " ".join(command) + "\n")
+    spec.trace_path.parent.mkdir(parents=True, exist_ok=True)
+    spec.trace_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def measured_server(model: str, catalogs: Sequence[Path], cpus: set[int] | None) -> Iterator[ServerProcess]:
+    """A started ``sift serve`` of ``model`` (adaptive policy, pinned to ``cpus``)
+    with its log and trace in a temporary folder; stopped on exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = ServerSpec(
+            model=model,
+            policy="adaptive",
+            log_path=Path(tmp) / "server.log",
+            trace_path=Path(tmp) / "trace.jsonl",
+            catalogs=catalogs,
+            cpus=cpus,
+        )
+        with ServerProcess(spec) as server:
+            yield server

@@ -24,6 +24,16 @@ class InvalidInput(SiftError):
     status, code = 400, "INVALID_INPUT"
 
 
+class TaskNotSupported(InvalidInput):
+    """The model exists but does not do the requested task (encode, score, extract)."""
+
+
+class UnsupportedField(InvalidInput):
+    """A field the route knows but cannot honour for this model."""
+
+    code = "unsupported_field"
+
+
 class InputTooLong(SiftError):
     status, code = 400, "INPUT_TOO_LONG"
 

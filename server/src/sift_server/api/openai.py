@@ -23,7 +23,7 @@ from sift_server.api.errors import openai_error
 from sift_server.api.native import request_id_of
 from sift_server.api.state import ServerState
 from sift_server.engine.ingress import IngressTicket
-from sift_server.errors import InvalidInput, SiftError
+from sift_server.errors import InvalidInput, SiftError, TaskNotSupported
 from sift_server.service.encode import encode
 from sift_server.service.run import RequestContext
 from sift_server.wire.schemas import EncodeBody, Item
@@ -31,10 +31,6 @@ from sift_server.wire.sliced import decode_sliced
 from sift_server.wire.split import Buffer
 
 router = APIRouter()
-
-
-class UnsupportedField(InvalidInput):
-    code = "unsupported_field"
 
 
 class EmbeddingsBody(msgspec.Struct):
@@ -141,13 +137,10 @@ async def embeddings(request: Request) -> Response:
         body = await _parse(raw, request.headers.get("content-type"))
         model = body.model
         texts = _texts(body.input)
-        record = state.registry.record(body.model)
         if ingress is None:
             # The model is only known once the body is parsed: count the request
             # from here, so OpenAI traffic feeds the arrival model as well.
             ingress = state.registry.begin_ingress(body.model, started)
-        if "encode" not in record.spec.tasks:
-            raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model")
         native = EncodeBody(items=[Item(text=t) for t in texts])
         ctx = RequestContext(
             request_id=request_id_of(request),
@@ -155,17 +148,11 @@ async def embeddings(request: Request) -> Response:
             ingress=ingress,
             disconnected=lambda: wait_for_disconnect(request),
         )
-        if body.dimensions is not None:
-            # Checked once the model is loaded, when its width is known.
-            state.registry.ready_worker(body.model)
-            assert record.adapter is not None
-            native_dims = record.adapter.info.dims.get("dense")
-            if body.dimensions != native_dims:
-                raise UnsupportedField(
-                    f"dimensions={body.dimensions} is not supported; this model produces {native_dims}.",
-                    param="dimensions",
-                )
-        outcome = await encode(state.registry, body.model, native, state.limits, ctx)
+        try:
+            outcome = await encode(state.registry, body.model, native, state.limits, ctx, dimensions=body.dimensions)
+        except TaskNotSupported as error:
+            # The same check as the native route's, in this route's words.
+            raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model") from error
     except SiftError as error:
         state.metrics.count(model, "embeddings", error.status)
         return openai_error(error)

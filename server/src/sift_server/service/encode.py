@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sift_server.adapters.base import EncodeTask
-from sift_server.errors import InvalidInput
+from sift_server.errors import InvalidInput, UnsupportedField
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
@@ -69,18 +69,36 @@ def _output_dtype(params_dtype: str | None, options: dict[str, Any]) -> str:
     return str(dtype)
 
 
+def check_dimensions(dimensions: int | None, native_dims: int | None) -> None:
+    """The OpenAI route's ``dimensions``: only the model's own dense width."""
+    if dimensions is not None and dimensions != native_dims:
+        raise UnsupportedField(
+            f"dimensions={dimensions} is not supported; this model produces {native_dims}.",
+            param="dimensions",
+        )
+
+
 async def encode(
-    registry: Registry, model: str, body: EncodeBody, limits: Limits, ctx: RequestContext
+    registry: Registry,
+    model: str,
+    body: EncodeBody,
+    limits: Limits,
+    ctx: RequestContext,
+    *,
+    dimensions: int | None = None,
 ) -> EncodeOutcome:
+    """``dimensions`` (the OpenAI route's field) is checked once the model is
+    loaded, when its width is known."""
     _, path_profile, record, worker = ready_for(registry, model, "encode")
+    # Read what the response needs now: the model may be evicted while the request waits.
+    adapter = record.adapter
+    assert adapter is not None
+    check_dimensions(dimensions, adapter.info.dims.get("dense"))
     params = body.params
     options = dict(params.options or {}) if params else {}
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
     texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction))
     check_profile(options, path_profile)
-    # Read what the response needs now: the model may be evicted while the request waits.
-    adapter = record.adapter
-    assert adapter is not None
     output_types = _output_types(params.output_types if params else None, options, adapter.info.outputs)
     dtype = _output_dtype(params.output_dtype if params else None, options)
     overflow = overflow_policy(options)
