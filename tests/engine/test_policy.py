@@ -360,3 +360,38 @@ def test_on_a_shared_core_backlog_waits_for_requests_being_read_within_max_hold(
     assert h.decide() == Dispatch("default", "backlog")  # not shared: at once
     h.clock.advance(10 * MS)
     assert h.policy.decide(replace(h.state(), shared_core=True), h.clock()) == Dispatch("default", "backlog")
+
+
+def test_on_a_shared_core_backlog_waits_until_a_returning_wave_goes_quiet() -> None:
+    # Closed-loop clients answered by the last forward are still coming back when it
+    # ends; on one shared core their reading would interleave with the next forward.
+    h = Harness(AdaptivePolicy(max_hold=10 * MS, backlog_quiet=3 * MS))
+    h.arrive("a")
+    h.busy = True
+    h.clock.advance(5 * MS)
+    h.arrive("b")  # returned during the forward
+    h.run_forward(1 * MS)
+    end = h.clock()
+    shared = replace(h.state(), shared_core=True)
+    assert h.policy.decide(shared, h.clock()) == WaitUntil(end + 2 * MS)  # 3 ms after b
+    h.clock.advance(1.5 * MS)
+    h.arrive("c")
+    assert h.policy.decide(replace(h.state(), shared_core=True), h.clock()) == WaitUntil(h.clock() + 3 * MS)
+    h.clock.advance(3 * MS)
+    decision = h.policy.decide(replace(h.state(), shared_core=True), h.clock())
+    assert decision == Dispatch("default", "backlog")
+    assert h.dispatch(decision) == ["a", "b", "c"]
+
+
+def test_on_a_shared_core_a_wave_that_keeps_trickling_is_bounded_by_max_hold() -> None:
+    h = Harness(AdaptivePolicy(max_hold=10 * MS, backlog_quiet=3 * MS))
+    h.arrive("a")
+    h.run_forward(1 * MS)
+    end = h.clock()
+    for i in range(4):  # a return every 2 ms: never quiet for 3
+        h.clock.advance(2 * MS)
+        h.arrive(f"r{i}")
+        decision = h.policy.decide(replace(h.state(), shared_core=True), h.clock())
+        assert isinstance(decision, WaitUntil) and decision.deadline <= end + 10 * MS
+    h.clock.now = end + 10 * MS
+    assert h.policy.decide(replace(h.state(), shared_core=True), h.clock()) == Dispatch("default", "backlog")

@@ -211,6 +211,9 @@ class AdaptivePolicy:
     max_hold: float = 0.010
     # Upper bound of a hold for a learned burst whose arrivals keep coming.
     max_burst_hold: float = 0.500
+    # Shared core, work queued behind a forward: arrivals this recent are a wave
+    # still coming back; wait until they are quiet (bounded by max_hold).
+    backlog_quiet: float = 0.003
     name: str = "adaptive"
 
     def decide(self, state: SchedulerState, now: float) -> Decision:
@@ -223,10 +226,16 @@ class AdaptivePolicy:
         if state.wave_back and lane.requests > 1:
             return Dispatch(lane.lane, "wave")
         if _is_backlog(state, lane):
-            if state.shared_core and state.ingress_pending > 0 and now < state.last_forward_end + self.max_hold:
+            until = state.last_forward_end + self.max_hold
+            if state.shared_core and now < until:
                 # On one shared core, requests being read would interleave with the
-                # forward and slow both: let them join this batch (admission wakes us).
-                return WaitUntil(state.last_forward_end + self.max_hold)
+                # forward and slow both: let them join this batch (admission wakes us),
+                # and the ones still arriving too, until arrivals are quiet.
+                if state.ingress_pending > 0:
+                    return WaitUntil(until)
+                quiet_at = max(lane.last_arrival, state.arrivals.last_arrival) + self.backlog_quiet
+                if now < quiet_at:
+                    return WaitUntil(min(quiet_at, until))
             return Dispatch(lane.lane, "backlog")
         arrivals = state.arrivals
         # A burst that is known to be coming may trickle in slowly (a slow
