@@ -163,7 +163,9 @@ async def sequential(url: str, model: str, n: int, hops: list[dict[str, float]] 
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     base = ["--torch-threads", "1"]
-    for kind in ("direct", "gateway", "direct"):
+    # direct, gateway, direct, gateway, ..., direct: each gateway run between two direct ones.
+    kinds = ["direct", *(["gateway", "direct"] * args.rounds)]
+    for kind in kinds:
         folder = Path(tempfile.mkdtemp(prefix=f"sift-lat-{kind}-"))
         setup = Setup(folder)
         try:
@@ -184,6 +186,14 @@ def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
             print(kind, entry, flush=True)
         finally:
             setup.stop()
+    # Each gateway run against the mean of the direct runs either side of it.
+    direct, gateway = result["direct"], result["gateway"]
+    added = [g["p50_ms"] - (direct[i]["p50_ms"] + direct[i + 1]["p50_ms"]) / 2 for i, g in enumerate(gateway)]
+    result["added_p50_ms"] = [round(a, 3) for a in added]
+    result["added_p50_ms_median"] = round(statistics.median(added), 3)
+    hop = [g.get("gateway-time_p50_ms", 0.0) - g.get("worker-time_p50_ms", 0.0) for g in gateway]
+    result["hop_p50_ms"] = [round(h, 3) for h in hop]  # gateway time minus worker time: queue + gateway + reply
+    print("added p50 (ms):", result["added_p50_ms"], "median", result["added_p50_ms_median"], flush=True)
     return result
 
 
@@ -594,6 +604,7 @@ def main() -> None:
     p.add_argument("--inflight", type=int, default=64)
     p.add_argument("--storage", default="memory", choices=("file", "memory"))
     p.add_argument("--out", type=Path)
+    p.add_argument("--rounds", type=int, default=1, help="latency: gateway runs, each between two direct runs")
     p.add_argument("--client", default="raw", choices=("raw", "httpx"), help="bursts: the load generator")
     p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
     p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
