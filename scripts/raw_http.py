@@ -32,6 +32,10 @@ class RawConnection:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         return self._reader, self._writer
 
+    async def connect(self) -> None:
+        """Open the connection now (else the first request opens it)."""
+        await self._open()
+
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> RawResponse:
         reader, writer = await self._open()
         lines = [f"POST {path} HTTP/1.1", f"Host: {self.host}:{self.port}", f"Content-Length: {len(body)}"]

@@ -29,6 +29,7 @@ from nats.js.kv import KeyValue
 from prometheus_client import Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sift_server import __version__
 from sift_server.api import health
@@ -312,6 +313,30 @@ async def get_model(request: Request, model: str) -> Response:
         return native_error(error)
 
 
+_NATIVE_PREFIXES = {f"/v1/{endpoint}/": endpoint for endpoint in _SCHEMAS}
+
+
+class GatewayNativeRoutes:
+    """The native POSTs answered straight from the ASGI scope, as ``sift serve``'s
+    NativeRoutes layer does: FastAPI's routing, dependency solving and exception
+    layers cost about a fifth of a millisecond per request on this path. The
+    routes above stay registered (OpenAPI, other methods' 405) and run the same
+    ``_native``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            for prefix, endpoint in _NATIVE_PREFIXES.items():
+                if path.startswith(prefix):
+                    response = await _native(Request(scope, receive), path[len(prefix) :], endpoint)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
     gateway = Gateway(options, state)
 
@@ -337,6 +362,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     for module_router in (router, health.router):
         app.include_router(module_router)
+    app.add_middleware(GatewayNativeRoutes)  # innermost: inside the front door's checks
     install_front_door(app, state, answer_native=False)
     return app
 

@@ -41,6 +41,7 @@ from starlette.types import Message
 from sift_server.api.app import build_state, create_app
 from sift_server.api.middleware import FRONT_DOOR
 from sift_server.api.models import model_info
+from sift_server.api.native import serve_native
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
 from sift_server.cluster.heartbeat import worker_view
@@ -136,7 +137,10 @@ async def call_app(
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 
-    await app(scope, receive, send)
+    # The native POSTs take sift serve's own fast path (api.native.serve_native,
+    # what its NativeRoutes layer does): no FastAPI routing on the hot path.
+    if not await serve_native(scope, receive, send, app.state.sift):
+        await app(scope, receive, send)
     return WorkReply(status, out_headers, b"".join(chunks))
 
 
