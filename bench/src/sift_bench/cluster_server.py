@@ -10,36 +10,22 @@ stop, the pid whose CPU is sampled (the worker's)."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
-from sift_bench.server_proc import ServerSpec, child_env, pin_prefix, prepare_logs
-from sift_server.processes import SiftProcess, free_port, log_tail, nats_command, sift_command, spawn, wait_ready
+from sift_bench.server_proc import ArmServer, child_env, pin_prefix, prepare_logs
+from sift_server.processes import free_port, nats_command, sift_command, spawn, wait_ready
 
 
 @dataclass(slots=True)
-class ClusterServer:
-    spec: ServerSpec
-    port: int = 0
-    worker: SiftProcess | None = None
-    startup_s: float = 0.0
-    command: list[str] = field(default_factory=list)
-    returncode: int | None = None
-    others: list[SiftProcess] = field(default_factory=list)  # nats-server, gateway
+class ClusterServer(ArmServer):
+    """nats-server, a gateway and a worker; the worker is the primary (the
+    forwards happen there)."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def process(self) -> subprocess.Popen[bytes] | None:
-        """The worker's process (the forwards run there: its CPU is sampled)."""
-        return self.worker.process if self.worker is not None else None
-
-    def start(self) -> ClusterServer:
+    def start(self) -> Self:
         spec = self.spec
         started = time.perf_counter()
         folder = Path(tempfile.mkdtemp(prefix="sift-bench-cluster-"))
@@ -61,11 +47,11 @@ class ClusterServer:
         # All three write to the run's one log.
         for name, command in (("nats-server", nats_command(nats_port, folder)), ("gateway", gateway)):
             self.others.append(spawn(name, command, spec.log_path, env=env, own_session=True, append=True))
-        self.worker = spawn("worker", self.command, spec.log_path, env=env, own_session=True, append=True)
+        self.primary = spawn("worker", self.command, spec.log_path, env=env, own_session=True, append=True)
         try:
             wait_ready(
                 self.url,
-                [self.worker, *self.others],
+                [self.primary, *self.others],
                 spec.ready_timeout_s,
                 also=lambda: _worker_live(nats_url, spec.model),
                 poll_s=0.2,
@@ -75,20 +61,6 @@ class ClusterServer:
             raise
         self.startup_s = time.perf_counter() - started
         return self
-
-    def alive(self) -> bool:
-        return all(proc.alive() for proc in (self.worker, *self.others) if proc is not None)
-
-    def stop(self, timeout_s: float = 20.0) -> int | None:
-        """The worker (its return code is the run's), then the gateway, then nats-server."""
-        if self.worker is not None:
-            self.returncode = self.worker.stop(timeout=timeout_s)
-        for proc in reversed(self.others):
-            proc.stop(timeout=timeout_s)
-        return self.returncode
-
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.spec.log_path, lines)
 
 
 def _worker_live(nats_url: str, model: str) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from sift_server.processes import (
     ProcessStartError,
@@ -92,10 +93,16 @@ class ServerSpec:
 
 
 @dataclass(slots=True)
-class ServerProcess:
+class ArmServer:
+    """The processes of one arm's run, as the runner drives them: ``primary``
+    runs the forwards (its CPU is sampled, its exit code is the run's);
+    ``others`` (nats-server, a gateway) start before it and stop after it.
+    Subclasses say how they start."""
+
     spec: ServerSpec
     port: int = 0
-    server: SiftProcess | None = None
+    primary: SiftProcess | None = None
+    others: list[SiftProcess] = field(default_factory=list)
     startup_s: float = 0.0
     command: list[str] = field(default_factory=list)
     returncode: int | None = None
@@ -106,10 +113,40 @@ class ServerProcess:
 
     @property
     def process(self) -> subprocess.Popen[bytes] | None:
-        """The server's process (its CPU is what the runner samples)."""
-        return self.server.process if self.server is not None else None
+        return self.primary.process if self.primary is not None else None
 
-    def start(self) -> ServerProcess:
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        return self.primary is not None and all(proc.alive() for proc in (self.primary, *self.others))
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (a Sift process drains), then SIGKILL to its process group: the
+        primary first, then the others in reverse order of start."""
+        if self.primary is not None:
+            self.returncode = self.primary.stop(timeout=timeout_s)
+        for proc in reversed(self.others):
+            proc.stop(timeout=timeout_s)
+        return self.returncode
+
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.spec.log_path, lines)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+@dataclass(slots=True)
+class ServerProcess(ArmServer):
+    """One ``sift serve``."""
+
+    def start(self) -> Self:
         spec = self.spec
         self.port = free_port()
         self.command = [
@@ -127,36 +164,16 @@ class ServerProcess:
         started = time.perf_counter()
         prepare_logs(spec, self.command)
         # Own session: a Ctrl-C in the terminal reaches us, and we stop the server ourselves.
-        self.server = spawn(
+        self.primary = spawn(
             "sift serve", self.command, spec.log_path, env=child_env(spec.pythonpath), own_session=True, append=True
         )
         try:
-            wait_ready(self.url, [self.server], spec.ready_timeout_s)
+            wait_ready(self.url, [self.primary], spec.ready_timeout_s)
         except BaseException:
             self.stop()
             raise
         self.startup_s = time.perf_counter() - started
         return self
-
-    def alive(self) -> bool:
-        return self.server is not None and self.server.alive()
-
-    def stop(self, timeout_s: float = 20.0) -> int | None:
-        """SIGTERM (the server drains), then SIGKILL to its process group."""
-        if self.server is not None:
-            self.returncode = self.server.stop(timeout=timeout_s)
-        return self.returncode
-
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.spec.log_path, lines)
-
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def prepare_logs(spec: ServerSpec, command: Sequence[str]) -> None:
