@@ -237,6 +237,7 @@ def test_msgpack_string_limits_are_checked_on_the_encoded_length() -> None:
     with pytest.raises(StopIteration):
         while True:
             next(walk)
-    walk = split_body(msgspec.msgpack.encode({"model": "m" * 2000, "items": []}), "msgpack", "items", 1 << 20, {"model": 256})
+    long_name = msgspec.msgpack.encode({"model": "m" * 2000, "items": []})
+    walk = split_body(long_name, "msgpack", "items", 1 << 20, {"model": 256})
     with pytest.raises(StringTooLong):
         next(walk)

@@ -23,8 +23,8 @@ from sift_server.api.errors import openai_error
 from sift_server.api.native import request_id_of
 from sift_server.api.state import ServerState
 from sift_server.engine.ingress import IngressTicket
-from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS
 from sift_server.errors import InvalidInput, SiftError
+from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS
 from sift_server.service.encode import encode
 from sift_server.service.run import RequestContext
 from sift_server.wire.schemas import EncodeBody, Item
