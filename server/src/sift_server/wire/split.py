@@ -209,8 +209,9 @@ def _split_msgpack(data: Buffer, field: str, max_chars: Mapping[str, int]) -> Wa
         for key, limit in max_chars.items():
             raw = top.get(key)
             # A str header is at most 5 bytes; then at most 4 bytes a character.
-            too_long = raw is not None and len(raw) > 5 + _UTF8_BYTES_PER_CHAR * limit
-            if too_long and memoryview(raw)[0] in _MSGPACK_STR_HEADS:
+            if raw is None or len(raw) <= 5 + _UTF8_BYTES_PER_CHAR * limit:
+                continue
+            if memoryview(raw)[0] in _MSGPACK_STR_HEADS:
                 raise StringTooLong(key, limit)
         value = top.pop(field, None)
         elements: list[msgspec.Raw] | None = None
