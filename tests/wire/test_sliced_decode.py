@@ -241,3 +241,37 @@ def test_msgpack_string_limits_are_checked_on_the_encoded_length() -> None:
     walk = split_body(long_name, "msgpack", "items", 1 << 20, {"model": 256})
     with pytest.raises(StringTooLong):
         next(walk)
+
+
+# ---- answers: a long items list is encoded in slices too ---------------------------
+
+
+async def test_a_long_json_answer_is_encoded_in_slices_equal_to_the_whole() -> None:
+    import numpy as np
+
+    from sift_server.wire.codec import encode_body
+
+    payload = {
+        "model": "m",
+        "items": [{"id": str(i), "dense": np.full(8, i / 3, dtype=np.float32)} for i in range(300)],
+        "usage": {"input_tokens": 3},
+    }
+    coro = sliced.encode_sliced(payload, "json")
+    turns = 0
+    while True:
+        try:
+            coro.send(None)
+            turns += 1
+        except StopIteration as done:
+            encoded_body = done.value
+            break
+    assert encoded_body == encode_body(payload, "json")
+    assert turns >= 300 // sliced.ENCODE_SLICE_ITEMS - 1
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+async def test_short_answers_and_msgpack_are_encoded_whole(fmt: Format) -> None:
+    from sift_server.wire.codec import encode_body
+
+    payload = {"items": [{"id": "a"}] * (3 if fmt == "json" else 300)}
+    assert await sliced.encode_sliced(payload, fmt) == encode_body(payload, fmt)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from sift_server.errors import InvalidInput
-from sift_server.wire.codec import decode_body
+from sift_server.wire.codec import decode_body, encode_body
 from sift_server.wire.negotiation import Format
 from sift_server.wire.split import Buffer, Split, StringTooLong, split_body
 
@@ -32,6 +32,10 @@ SLICE_BYTES = 1 << 20
 # larger one (far above the per-item limit, which is 2 MiB by default) is decoded
 # whole.
 SPLIT_WINDOW_BYTES = 8 << 20
+
+# A JSON answer with more items than this is encoded this many items at a time
+# (512 dense vectors of 384 floats took 10-14 ms in one call on the probes' core).
+ENCODE_SLICE_ITEMS = 64
 
 _max_chars: dict[type[msgspec.Struct], dict[str, int]] = {}
 _json_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
@@ -117,3 +121,20 @@ async def decode_sliced(data: Buffer, fmt: Format, schema: type[T], field: str, 
             decoded = 0
             await asyncio.sleep(0)
     return msgspec.structs.replace(envelope, **{field: values})
+
+
+async def encode_sliced(payload: dict[str, Any], fmt: Format, field: str = "items") -> bytes:
+    """``encode_body(payload, fmt)``, with a loop turn after every
+    ``ENCODE_SLICE_ITEMS`` elements of ``field`` in a JSON answer. The elements
+    are encoded a slice at a time and spliced back as one ``msgspec.Raw``, so the
+    bytes (key order included) are those of the whole encode. MessagePack answers
+    are packed whole (binary vectors: no float formatting)."""
+    elements = payload.get(field)
+    if fmt != "json" or not isinstance(elements, list) or len(elements) <= ENCODE_SLICE_ITEMS:
+        return encode_body(payload, fmt)
+    parts: list[bytes] = []
+    for start in range(0, len(elements), ENCODE_SLICE_ITEMS):
+        # b"[...]" without its brackets.
+        parts.append(encode_body(elements[start : start + ENCODE_SLICE_ITEMS], fmt)[1:-1])
+        await asyncio.sleep(0)
+    return encode_body({**payload, field: msgspec.Raw(b"[" + b",".join(parts) + b"]")}, fmt)
