@@ -83,9 +83,8 @@ class Settings(BaseSettings):
     trace_file: Path | None = None
     log_level: str = "info"
     # glibc only: cap the malloc arenas (0 leaves glibc's default of 8 per core).
-    # Every malloc_trim_s seconds (0: never) collect the cyclic garbage made since
-    # the last time (the survivors are frozen, heap.py) and return freed heap to
-    # the OS, so RSS stays flat under steady load.
+    # Every malloc_trim_s seconds (0: never) run a full garbage collection and
+    # return freed heap to the OS, so RSS stays flat under steady load.
     malloc_arena_max: int = Field(default=2, ge=0)
     malloc_trim_s: float = Field(default=10.0, ge=0)
 

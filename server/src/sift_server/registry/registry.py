@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import gc
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sift_server import heap
 from sift_server.adapters.base import Adapter
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.worker import ModelWorker
@@ -215,7 +215,8 @@ class Registry:
         record.last_used = self._clock()
         record.load_seconds = time.perf_counter() - started
         # Weights live for the process: move them out of the collector's sight.
-        heap.freeze_loaded()
+        gc.collect()
+        gc.freeze()
         log.info("model %s loaded in %.2fs (%.0f MiB)", spec.name, record.load_seconds, record.memory_bytes / 2**20)
         if record.curve is not None:
             rates = ", ".join(f"{n}: {r:.0f}/s" for n, r in record.curve.items_per_second.items())
@@ -298,7 +299,9 @@ class Registry:
         del worker, adapter
         # Loads freeze the heap (gc.freeze), which hides the evicted model's
         # reference cycles from the collector for good: thaw, collect, refreeze.
-        heap.thaw_and_collect()
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
         log.info("evicted model %s", name)
 
     async def close(self, grace_s: float) -> None:
