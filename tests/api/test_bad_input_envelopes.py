@@ -195,3 +195,18 @@ def test_lone_surrogate_in_an_item_is_invalid_input_not_a_crash() -> None:
 
     with pytest.raises(InvalidInput, match="surrogate"):
         item_text(Item(text="abc\ud800def"), 0, Limits(max_item_bytes=1000, max_items=10))
+
+
+# ---- an oversized model name: refused before the body is decoded ---------------------
+
+
+@pytest.mark.parametrize("size", [300, 2_000_000], ids=["small body", "sliced body"])
+async def test_openai_model_name_longer_than_any_model_is_a_400_naming_model(app_client: Client, size: int) -> None:
+    client, _ = app_client
+    body = b'{"model": "' + b"m" * size + b'", "input": "a"}'
+    response = await client.post("/v1/embeddings", content=body, headers=JSON_HEADERS)
+    assert_openai(response, 400, "invalid_request")
+    error = response.json()["error"]
+    assert error["param"] == "model"
+    assert "length <= 256" in error["message"]
+    assert len(response.content) < 1000  # the name is not echoed

@@ -106,6 +106,18 @@ async def test_large_preparation_runs_off_the_event_loop_small_stays_on_it(app_c
     assert spy.threads[1] is not loop_thread
 
 
+async def test_a_few_thousand_characters_are_prepared_off_the_loop(app_client: Client) -> None:
+    # A megabyte of text is cut to max_sequence_length x 32 characters (8,192 for a
+    # 256-token model); tokenizing that took 8-11 ms on the loop (issue 10 probe).
+    # The tiny model cuts at 2,048: three texts that long.
+    client, state = app_client
+    spy = PrepareSpy(state)
+    response = await client.post(ENCODE, json={"items": [{"text": "word " * 400}] * 3}, headers=JSON)
+    spy.restore()
+    assert response.status_code == 200
+    assert spy.threads[0] is not threading.current_thread()
+
+
 async def test_healthz_answers_while_a_large_request_is_being_prepared(app_client: Client) -> None:
     client, state = app_client
     spy = PrepareSpy(state, hold=True)

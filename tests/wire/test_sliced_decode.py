@@ -192,3 +192,86 @@ async def test_item_checks_give_the_loop_turns_and_answer_as_before(monkeypatch:
         await common.item_texts_sliced([Item(text="a"), Item(text="x" * 200)], limits)
     with pytest.raises(InvalidInput, match="must not be empty"):
         await common.item_texts_sliced([], limits)
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "escaped"])
+async def test_an_oversized_model_name_is_refused_before_the_envelope_is_decoded(
+    monkeypatch: pytest.MonkeyPatch, escaped: bool
+) -> None:
+    # 8 MB of model name: neither copied into the envelope nor decoded (issue 10).
+    decoded: list[int] = []
+    whole = sliced.decode_body
+
+    def spy(data: Any, fmt: Format, schema: type[Any]) -> Any:
+        decoded.append(len(data))
+        return whole(data, fmt, schema)
+
+    monkeypatch.setattr(sliced, "decode_body", spy)
+    name = b"\\u006d" * 1_000_000 if escaped else b"m" * 8_000_000
+    data = b'{"model": "' + name + b'", "input": ["a"]}'
+    with pytest.raises(InvalidInput) as error:
+        await sliced.decode_sliced(data, "json", EmbeddingsBody, "input", Any)
+    assert error.value.message == "Invalid request body: Expected `str` of length <= 256 - at `$.model`"
+    assert decoded == []
+
+
+async def test_a_model_name_at_the_limit_still_decodes() -> None:
+    name = "\U0001f600" * 256  # 12 bytes each when escaped
+    data = json.dumps({"model": name, "input": ["a"]}).encode()
+    body = await sliced.decode_sliced(data, "json", EmbeddingsBody, "input", Any)
+    assert body.model == name and body.input == ["a"]
+
+
+async def test_a_long_model_value_that_is_not_a_string_gets_the_whole_decode_message() -> None:
+    data = json.dumps({"model": list(range(2000)), "input": ["a"]}).encode()
+    with pytest.raises(InvalidInput) as error:
+        await sliced.decode_sliced(data, "json", EmbeddingsBody, "input", Any)
+    assert error.value.message == "Invalid request body: Expected `str`, got `array` - at `$.model`"
+
+
+def test_msgpack_string_limits_are_checked_on_the_encoded_length() -> None:
+    from sift_server.wire.split import StringTooLong
+
+    ok = msgspec.msgpack.encode({"model": "é" * 256, "items": []})
+    walk = split_body(ok, "msgpack", "items", 1 << 20, {"model": 256})
+    with pytest.raises(StopIteration):
+        while True:
+            next(walk)
+    long_name = msgspec.msgpack.encode({"model": "m" * 2000, "items": []})
+    walk = split_body(long_name, "msgpack", "items", 1 << 20, {"model": 256})
+    with pytest.raises(StringTooLong):
+        next(walk)
+
+
+# ---- answers: a long items list is encoded in slices too ---------------------------
+
+
+async def test_a_long_json_answer_is_encoded_in_slices_equal_to_the_whole() -> None:
+    import numpy as np
+
+    from sift_server.wire.codec import encode_body
+
+    payload = {
+        "model": "m",
+        "items": [{"id": str(i), "dense": np.full(8, i / 3, dtype=np.float32)} for i in range(300)],
+        "usage": {"input_tokens": 3},
+    }
+    coro = sliced.encode_sliced(payload, "json")
+    turns = 0
+    while True:
+        try:
+            coro.send(None)
+            turns += 1
+        except StopIteration as done:
+            encoded_body = done.value
+            break
+    assert encoded_body == encode_body(payload, "json")
+    assert turns >= 300 // sliced.ENCODE_SLICE_ITEMS - 1
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+async def test_short_answers_and_msgpack_are_encoded_whole(fmt: Format) -> None:
+    from sift_server.wire.codec import encode_body
+
+    payload = {"items": [{"id": "a"}] * (3 if fmt == "json" else 300)}
+    assert await sliced.encode_sliced(payload, fmt) == encode_body(payload, fmt)

@@ -23,10 +23,9 @@ from sift_server.service.encode import encode
 from sift_server.service.extract import extract
 from sift_server.service.run import Outcome, RequestContext
 from sift_server.service.score import score
-from sift_server.wire.codec import encode_body
 from sift_server.wire.negotiation import JSON_TYPE, MSGPACK_TYPE, request_format, response_format
 from sift_server.wire.schemas import EncodeBody, ExtractBody, Item, ScoreBody
-from sift_server.wire.sliced import decode_sliced
+from sift_server.wire.sliced import decode_sliced, encode_sliced
 
 router = APIRouter()
 
@@ -97,7 +96,7 @@ async def respond(
         # The reference adds the runtime instance to errors inside the handler.
         return native_error(error, state.runtime_instance)
     out_fmt = response_format(request.headers.get("accept"))
-    content = encode_body(outcome.payload, out_fmt)
+    content = await encode_sliced(outcome.payload, out_fmt)
     headers = {"X-SIE-Server-Version": WIRE_COMPAT_VERSION, "X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}
     if endpoint != "extract":
         headers["X-SIE-Runtime-Instance"] = state.runtime_instance

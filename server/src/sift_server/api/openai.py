@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -24,6 +24,7 @@ from sift_server.api.native import request_id_of
 from sift_server.api.state import ServerState
 from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError, TaskNotSupported
+from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS
 from sift_server.service.encode import encode
 from sift_server.service.run import RequestContext
 from sift_server.wire.schemas import EncodeBody, Item
@@ -34,9 +35,10 @@ router = APIRouter()
 
 
 class EmbeddingsBody(msgspec.Struct):
-    """The request body; unknown fields are ignored."""
+    """The request body; unknown fields are ignored. A model name longer than any
+    model's is refused before it is decoded (wire/split.py)."""
 
-    model: str
+    model: Annotated[str, msgspec.Meta(max_length=MAX_MODEL_NAME_CHARS)]
     # Required: UNSET only while the body is decoded in slices (wire/sliced.py
     # decodes the envelope without the input list, then fills it in).
     input: str | list[Any] | msgspec.UnsetType = msgspec.UNSET

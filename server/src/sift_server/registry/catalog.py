@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sift_server.registry.adapters import ADAPTERS
 
+# The longest model name: requests that name a longer one are refused before the
+# name is decoded (OpenAI's body, wire/split.py), the registry answers a short 404.
+MAX_MODEL_NAME_CHARS = 256
+
 SHIPPED_CATALOG = Path(str(importlib.resources.files("sift_server") / "catalog"))
 
 TaskName = Literal["encode", "score", "extract"]
@@ -72,7 +76,7 @@ class Batching(BaseModel):
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     adapter: str
     source: Source
     tasks: list[TaskName] = Field(min_length=1)

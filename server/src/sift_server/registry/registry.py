@@ -22,7 +22,7 @@ from sift_server.engine.worker import ModelWorker
 from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
 from sift_server.registry import calibrate as calibration
 from sift_server.registry.calibrate import Curve
-from sift_server.registry.catalog import Catalog, ModelSpec
+from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS, Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
 from sift_server.registry.loras import LoraSet
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 RECENT_USE_S = 2.0 * (ModelLoading.retry_after or 5)
 
 # Longer names are no model's: they get a short 404 without a suggestion.
-_MAX_NAME_CHARS = 256
+_MAX_NAME_CHARS = MAX_MODEL_NAME_CHARS
 
 State = Literal["available", "loading", "loaded", "failed"]
 WorkerFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelWorker]

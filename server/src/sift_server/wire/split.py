@@ -14,12 +14,18 @@ window of the body; msgspec stops at the first byte after the value and names it
 offset in a "trailing characters" error. MessagePack values are length-prefixed:
 msgspec decodes the top-level map and the field as ``msgspec.Raw`` values, a walk
 over headers only.
+
+Top-level string fields with a maximum length (``StrType.max_length`` in the
+schema, as OpenAI's ``model``) are stepped over in a window no larger than the
+longest encoding of a string that long: a value that does not end there raises
+:class:`StringTooLong` at once, instead of scanning, copying and decoding
+megabytes of a name no model has.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -39,6 +45,21 @@ class Split:
     elements: Sequence[Buffer | msgspec.Raw] | None
 
 
+class StringTooLong(Exception):
+    """The top-level field ``key`` holds a string longer than ``max_chars``."""
+
+    def __init__(self, key: str, max_chars: int) -> None:
+        super().__init__(key, max_chars)
+        self.key = key
+        self.max_chars = max_chars
+
+
+# The most bytes one character takes: a JSON escaped surrogate pair
+# (``\ud83d\ude00``), four in UTF-8 (MessagePack).
+_JSON_BYTES_PER_CHAR = 12
+_UTF8_BYTES_PER_CHAR = 4
+_MSGPACK_STR_HEADS = frozenset([*range(0xA0, 0xC0), 0xD9, 0xDA, 0xDB])
+
 # Yields the byte span of each value stepped over; returns the split or None.
 Walk = Generator[int, None, Split | None]
 
@@ -50,10 +71,14 @@ _msgpack_top = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
 _msgpack_array = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
 
-def split_body(data: Buffer, fmt: Format, field: str, window: int) -> Walk:
+def split_body(
+    data: Buffer, fmt: Format, field: str, window: int, max_chars: Mapping[str, int] | None = None
+) -> Walk:
+    """``max_chars``: top-level keys whose string value may be at most this many
+    characters long (:class:`StringTooLong` when longer)."""
     if fmt == "msgpack":
-        return _split_msgpack(data, field)
-    return _split_json(memoryview(data), field, window)
+        return _split_msgpack(data, field, max_chars or {})
+    return _split_json(memoryview(data), field, window, max_chars or {})
 
 
 def _skip_ws(view: memoryview, pos: int) -> int:
@@ -68,21 +93,42 @@ def json_value_end(view: memoryview, pos: int, window: int) -> int | None:
     most ``window`` bytes; ``None`` when the value is
     malformed, nested too deeply, longer than the window or runs to the end of the
     body (then no closing bracket follows it)."""
+    end, _ = _scan(view, pos, window)
+    return end
+
+
+def _scan(view: memoryview, pos: int, window: int) -> tuple[int | None, bool]:
+    """:func:`json_value_end`, and whether the value was cut by the window (or
+    the end of the body) before it ended."""
     end = min(len(view), pos + window)
     try:
         _json_raw.decode(view[pos:end])
     except msgspec.DecodeError as exc:
-        match = _TRAILING.fullmatch(str(exc))
+        message = str(exc)
+        match = _TRAILING.fullmatch(message)
         if match is None:
-            return None
+            return None, message == "Input data was truncated"
         # msgspec counts the trailing byte from one.
-        return pos + int(match.group(1)) - 1
+        return pos + int(match.group(1)) - 1, False
     except RecursionError:
+        return None, False
+    return None, False
+
+
+def _short_string_end(view: memoryview, pos: int, key: str, max_chars: int) -> int | None:
+    """The end of the string at ``pos``, found in a window that holds any string
+    of ``max_chars`` characters and the byte after it; :class:`StringTooLong` when
+    the string runs past that window. ``None``: not settled here (not a string,
+    malformed, last in the body), step over it as any other value."""
+    if view[pos] != ord('"'):
         return None
-    return None
+    end, truncated = _scan(view, pos, 2 + _JSON_BYTES_PER_CHAR * max_chars + 1)
+    if truncated and pos + 2 + _JSON_BYTES_PER_CHAR * max_chars + 1 <= len(view):
+        raise StringTooLong(key, max_chars)
+    return end
 
 
-def _split_json(view: memoryview, field: str, window: int) -> Walk:
+def _split_json(view: memoryview, field: str, window: int, max_chars: Mapping[str, int]) -> Walk:
     parts: list[bytes] = []
     elements: list[memoryview] | None = None
     pos = _skip_ws(view, 0)
@@ -133,7 +179,11 @@ def _split_json(view: memoryview, field: str, window: int) -> Walk:
                             return None
                         pos = _skip_ws(view, pos + 1)
             else:
-                end = json_value_end(view, pos, window)
+                end = None
+                if key in max_chars:
+                    end = _short_string_end(view, pos, key, max_chars[key])
+                if end is None:
+                    end = json_value_end(view, pos, window)
                 if end is None:
                     return None
                 parts.append(key_raw + b":" + bytes(view[pos:end]))
@@ -153,9 +203,16 @@ def _split_json(view: memoryview, field: str, window: int) -> Walk:
     return Split(b"{" + b",".join(parts) + b"}", elements)
 
 
-def _split_msgpack(data: Buffer, field: str) -> Walk:
+def _split_msgpack(data: Buffer, field: str, max_chars: Mapping[str, int]) -> Walk:
     try:
         top = _msgpack_top.decode(data)
+        for key, limit in max_chars.items():
+            raw = top.get(key)
+            # A str header is at most 5 bytes; then at most 4 bytes a character.
+            if raw is None or len(raw) <= 5 + _UTF8_BYTES_PER_CHAR * limit:
+                continue
+            if memoryview(raw)[0] in _MSGPACK_STR_HEADS:
+                raise StringTooLong(key, limit)
         value = top.pop(field, None)
         elements: list[msgspec.Raw] | None = None
         if value is not None:
