@@ -6,6 +6,7 @@ Run from the repository root, each under the shared benchmark lock:
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale-model --workers 1,2 --inflight 32
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py overload
 """
 
@@ -527,6 +528,35 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def cmd_scale_model(args: argparse.Namespace) -> dict[str, Any]:
+    """The real default model: one worker, then one per core (worker i pinned to
+    CPU i), the same closed loop through one gateway; the gateway, nats-server
+    and this client are unpinned. Does a second core's worker add throughput?"""
+    model = "sentence-transformers/all-MiniLM-L6-v2"
+    cpus = sorted(os.sched_getaffinity(0))
+    result: dict[str, Any] = {}
+    for workers in args.workers:
+        setup = Setup(Path(tempfile.mkdtemp(prefix=f"sift-scale-model{workers}-")))
+        try:
+            setup.cluster(0, [], ["--model", model, "--stream-storage", args.storage], None, None)
+            for i in range(workers):
+                cpu = str(cpus[i % len(cpus)])
+                setup.add_worker(f"w{i}", ["--model", model, "--torch-threads", "1", *args.worker_arg], cpu)
+            wait_ready(setup.url, setup.procs[1], model)
+            while len(live_workers(setup.nats_url, model)) < workers:
+                time.sleep(0.2)
+            time.sleep(2)  # let the workers' start-up CPU settle
+            before = cpu_by_process(setup.procs)
+            out = asyncio.run(closed_loop(setup.url, model, args.inflight, args.seconds))
+            after = cpu_by_process(setup.procs)
+            out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
+            result[f"workers{workers}"] = out
+            print(workers, {k: out[k] for k in ("per_s", "statuses", "served_by", "p50_ms", "cores_used")}, flush=True)
+        finally:
+            setup.stop()
+    return result
+
+
 async def open_loop(url: str, model: str, rate: float, seconds: float, patience: float) -> dict[str, Any]:
     """Requests at a fixed rate whatever the answers (one connection each); a request
     still unanswered ``patience`` seconds after the last was sent counts as hung."""
@@ -596,7 +626,7 @@ def cmd_overload(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("latency", "bursts", "kill", "scale", "overload"))
+    p.add_argument("what", choices=("latency", "bursts", "kill", "scale", "scale-model", "overload"))
     p.add_argument("--n", type=int, default=200, help="sequential requests / bursts of each size")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--sleep-ms", type=float, default=50.0)
@@ -609,7 +639,7 @@ def main() -> None:
     p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
     p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
     args = p.parse_args()
-    result = globals()[f"cmd_{args.what}"](args)
+    result = globals()[f"cmd_{args.what.replace('-', '_')}"](args)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
 

@@ -37,7 +37,11 @@ def register(subparsers: Any) -> None:
     w.add_argument(
         "--nats-url", help=f"NATS server(s), comma-separated (default $SIFT_NATS_URL or {DEFAULT_NATS_URL})."
     )
-    w.add_argument("--max-inflight", type=int, default=64, help="Messages held per model at once (64).")
+    w.add_argument(
+        "--max-inflight",
+        type=int,
+        help="Messages held per model at once (default: two forwards' worth, 2 x the batch request cap, at most 64).",
+    )
     w.add_argument("--ack-wait-s", type=float, default=30.0, help="Redeliver a message unacknowledged this long (30).")
     w.add_argument(
         "--progress-interval-s", type=float, default=10.0, help="Extend the ack wait of running messages (10; 0: off)."
