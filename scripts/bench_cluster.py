@@ -361,7 +361,11 @@ def cmd_bursts(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_tick: Any = None) -> dict[str, Any]:
+async def closed_loop(
+    url: str, model: str, inflight: int, seconds: float, on_tick: Any = None, texts: list[str] | None = None
+) -> dict[str, Any]:
+    """``inflight`` clients in closed loop for ``seconds``; each sends one text per
+    request (``texts`` in turn, else a short "load k n")."""
     statuses: Counter[int] = Counter()
     errors: Counter[str] = Counter()
     latencies: list[float] = []
@@ -384,7 +388,7 @@ async def closed_loop(url: str, model: str, inflight: int, seconds: float, on_ti
             try:
                 r = await connection.post(
                     path,
-                    json.dumps({"items": [{"text": f"load {k} {n}"}]}).encode(),
+                    json.dumps({"items": [{"text": texts[n % len(texts)] if texts else f"load {k} {n}"}]}).encode(),
                     {"X-Request-ID": rid, "Accept": "application/json", "Content-Type": "application/json"},
                 )
                 statuses[r.status_code] += 1
@@ -532,7 +536,10 @@ def cmd_scale_model(args: argparse.Namespace) -> dict[str, Any]:
     """The real default model: one worker, then one per core (worker i pinned to
     CPU i), the same closed loop through one gateway; the gateway, nats-server
     and this client are unpinned. Does a second core's worker add throughput?"""
+    from sift_bench.workload import texts_for
+
     model = "sentence-transformers/all-MiniLM-L6-v2"
+    texts = texts_for(args.workload)
     cpus = sorted(os.sched_getaffinity(0))
     result: dict[str, Any] = {}
     for workers in args.workers:
@@ -547,7 +554,7 @@ def cmd_scale_model(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.2)
             time.sleep(2)  # let the workers' start-up CPU settle
             before = cpu_by_process(setup.procs)
-            out = asyncio.run(closed_loop(setup.url, model, args.inflight, args.seconds))
+            out = asyncio.run(closed_loop(setup.url, model, args.inflight, args.seconds, texts=texts))
             after = cpu_by_process(setup.procs)
             out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
             result[f"workers{workers}"] = out
@@ -636,6 +643,7 @@ def main() -> None:
     p.add_argument("--out", type=Path)
     p.add_argument("--rounds", type=int, default=1, help="latency: gateway runs, each between two direct runs")
     p.add_argument("--client", default="raw", choices=("raw", "httpx"), help="bursts: the load generator")
+    p.add_argument("--workload", default="sentences", choices=("short", "sentences", "mixed"), help="scale-model texts")
     p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
     p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
     args = p.parse_args()
