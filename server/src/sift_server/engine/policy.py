@@ -194,8 +194,9 @@ class AdaptivePolicy:
     rest of a returning wave where that pays (``wave_hold``); then work that
     queued behind a forward goes at once (``backlog``), or ``wave`` once a
     wave held for is back. Where the loop and the forward share one core,
-    backlog waits for requests already being read (at most ``max_hold`` after
-    the forward ended), so their reading does not interleave with the forward.
+    backlog waits for requests already being read and for returning arrivals to
+    be quiet for ``backlog_quiet`` (at most ``max_hold`` after the forward
+    ended), so their reading does not interleave with the forward.
 
     Followers are counted by the arrival model, never by comparing its
     cluster size with the lane: part of a cluster may already have run (or
