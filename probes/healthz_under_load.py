@@ -3,7 +3,9 @@
 Sends, one after the other, the requests the issue found stalling the loop (a
 1 MB instruction with 32 items, 16 items of 2 MB, one 1 MB text, an 8 MB model
 name in an OpenAI body, 512 long items), while a second connection polls
-/healthz every 10 ms. Reports the worst and p99 /healthz latency per request.
+/healthz every 10 ms from its own process (a thread beside the sender would
+share its GIL and count the client's own pauses). Reports the worst and p99
+/healthz latency per request.
 
     .venv/bin/python -m probes.healthz_under_load [--limit-ms 50]
 """
@@ -11,10 +13,13 @@ name in an OpenAI body, 512 long items), while a second connection polls
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import multiprocessing
 import statistics
-import threading
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 
 import httpx
 import msgspec
@@ -43,13 +48,23 @@ HEAVY: list[tuple[str, str, bytes]] = [
 ]
 
 
-def poll(url: str, stop: threading.Event, samples: list[float]) -> None:
+def poll(url: str, ready: Event, stop: Event, out: Connection) -> None:
+    """Runs in its own process: sets ``ready`` after its first counted sample, sends its
+    samples (ms) back when stopped."""
+    samples: list[float] = []
     with httpx.Client(base_url=url, timeout=30) as client:
+        client.get("/healthz")  # not counted: the connection and the client's first call
+        # The new process's own full collections (its imports) paused it 20-30 ms
+        # shortly after it started, before any heavy request was sent.
+        gc.collect()
+        gc.freeze()
         while not stop.is_set():
             started = time.perf_counter()
             client.get("/healthz")
             samples.append((time.perf_counter() - started) * 1000)
+            ready.set()
             time.sleep(0.01)
+    out.send(samples)
 
 
 def main() -> int:
@@ -58,13 +73,16 @@ def main() -> int:
     args = parser.parse_args()
     worst_overall = 0.0
     every: list[float] = []
+    spawn = multiprocessing.get_context("spawn")
     with start_server() as server, httpx.Client(base_url=server.url, timeout=120) as client:
         client.post(ENCODE, json={"items": [{"text": "warm"}]}, headers=JSON)
         for name, path, body in HEAVY:
-            samples: list[float] = []
-            stop = threading.Event()
-            poller = threading.Thread(target=poll, args=(server.url, stop, samples))
+            ready, stop = spawn.Event(), spawn.Event()
+            receiver, sender = spawn.Pipe(duplex=False)
+            poller = spawn.Process(target=poll, args=(server.url, ready, stop, sender))
             poller.start()
+            if not ready.wait(60):
+                raise RuntimeError("the /healthz poller did not start")
             time.sleep(0.2)
             started = time.perf_counter()
             headers = MSGPACK if "msgpack" in name else JSON
@@ -72,6 +90,7 @@ def main() -> int:
             took = time.perf_counter() - started
             time.sleep(0.1)
             stop.set()
+            samples: list[float] = receiver.recv()
             poller.join()
             worst = max(samples)
             p99 = statistics.quantiles(samples, n=100)[98] if len(samples) >= 100 else worst
