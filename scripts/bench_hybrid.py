@@ -29,10 +29,20 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sift_bench.primitives import ITEMS, QUERY, efficiency_row, median_seconds, print_rows, server_seconds
+from sift_bench.primitives import (
+    ITEMS,
+    QUERY,
+    efficiency_row,
+    measure_models,
+    median_seconds,
+    print_rows,
+    server_seconds,
+)
+from sift_bench.server_proc import add_measurement_args
 
 ROOT = Path(__file__).resolve().parents[1]
 PYLATE_STACK = ROOT / ".venv" / "pylate-ref"
@@ -148,7 +158,7 @@ def _body(task: str, adapter: str) -> bytes:
     return bytes(msgpack.packb({"items": items, "params": {"output_types": [output[adapter]]}}))
 
 
-def measure(name: str, catalogs: list[Path], requests: int, server_cpus: set[int] | None) -> list[dict[str, Any]]:
+def measure(name: str, catalogs: Sequence[Path], requests: int, server_cpus: set[int] | None) -> list[dict[str, Any]]:
     from sift_server.registry.catalog import Catalog, resolve_local_path
 
     spec = Catalog.from_dirs(catalogs).get(name)
@@ -174,26 +184,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", type=Path, help="Build the MiniLM-based SPLADE and ColBERT models here.")
     parser.add_argument("--model", action="append", default=[])
-    parser.add_argument("--catalog", action="append", type=Path, default=[])
-    parser.add_argument("--requests", type=int, default=30)
-    parser.add_argument("--server-cpus")
-    parser.add_argument("--client-cpus")
-    parser.add_argument("--json", type=Path)
+    add_measurement_args(parser, requests=30)
     args = parser.parse_args()
     if args.build:
         build(args.build)
         return 0
-    import torch
-
-    from sift_bench.server_proc import default_cpus
-
-    server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
-    torch.set_num_threads(1)
-    rows = []
-    for name in args.model:
-        if client_cpus:
-            os.sched_setaffinity(0, client_cpus)
-        rows.extend(measure(name, args.catalog, args.requests, server_cpus))
+    rows = measure_models(args, measure)
     print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_bench.server_proc import default_cpus, measured_server
+from sift_bench.server_proc import add_measurement_args, default_cpus, measured_server
 from sift_bench.stats import percentile
 from sift_server.config import DEFAULT_MODEL
 
@@ -99,11 +99,7 @@ def measure(
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("overhead", help="Measure cold start, memory and per-request server overhead.")
     p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--catalog", action="append", type=Path, default=[])
-    p.add_argument("--requests", type=int, default=200)
-    p.add_argument("--server-cpus", help="taskset CPU list of the server (default: the first available CPU)")
-    p.add_argument("--client-cpus", help="CPU list of this client (default: the second available CPU)")
-    p.add_argument("--json", type=Path, help="Also write the figures to this file.")
+    add_measurement_args(p, requests=200)
     p.set_defaults(handler=_run)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_bench.server_proc import default_cpus, measured_server
+from sift_bench.server_proc import add_measurement_args, default_cpus, measured_server
 from sift_bench.stats import median
 from sift_bench.workload import make_texts
 
@@ -130,15 +130,16 @@ def measure_model(name: str, catalogs: Sequence[Path], requests: int, server_cpu
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("primitives", help="Measure score/extract items/s against the in-process library call.")
     p.add_argument("--model", action="append", required=True, help="Catalog model (repeatable).")
-    p.add_argument("--catalog", action="append", type=Path, default=[])
-    p.add_argument("--requests", type=int, default=30)
-    p.add_argument("--server-cpus", help="taskset CPU list of the server (default: the first available CPU)")
-    p.add_argument("--client-cpus", help="CPU list of this client (default: the second available CPU)")
-    p.add_argument("--json", type=Path, help="Also write the figures to this file.")
+    add_measurement_args(p, requests=30)
     p.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def measure_models(
+    args: argparse.Namespace, measure: Callable[[str, Sequence[Path], int, set[int] | None], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``measure(model, catalogs, requests, server CPUs)``'s rows for each ``--model``,
+    this process on the client CPUs with one torch thread (the library calls it
+    times run here)."""
     import torch
 
     server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
@@ -147,8 +148,12 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.model:
         if client_cpus:
             os.sched_setaffinity(0, client_cpus)
-        row = measure_model(name, args.catalog, args.requests, server_cpus)
-        rows.append(row)
+        rows.extend(measure(name, args.catalog, args.requests, server_cpus))
+    return rows
+
+
+def _run(args: argparse.Namespace) -> int:
+    rows = measure_models(args, lambda *how: [measure_model(*how)])
     print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

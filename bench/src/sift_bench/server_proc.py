@@ -4,6 +4,7 @@ whatever happens in between. Started and stopped with sift_server.processes."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -56,6 +57,16 @@ def default_cpus(server: str | None, client: str | None) -> tuple[set[int] | Non
     server_cpus = parse_cpus(server) if server is not None else ({available[0]} if pinned else None)
     client_cpus = parse_cpus(client) if client is not None else ({available[1]} if pinned else None)
     return server_cpus, client_cpus
+
+
+def add_measurement_args(parser: argparse.ArgumentParser, *, requests: int) -> None:
+    """The flags every command that measures a scratch server shares: extra
+    catalogs, requests per measurement, the two CPU lists and a JSON copy."""
+    parser.add_argument("--catalog", action="append", type=Path, default=[])
+    parser.add_argument("--requests", type=int, default=requests)
+    parser.add_argument("--server-cpus", help="taskset CPU list of the server (default: the first available CPU)")
+    parser.add_argument("--client-cpus", help="CPU list of this client (default: the second available CPU)")
+    parser.add_argument("--json", type=Path, help="Also write the figures to this file.")
 
 
 def pin_prefix(cpus: set[int] | None) -> list[str]:
