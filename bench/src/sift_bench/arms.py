@@ -117,14 +117,6 @@ def gateway_arm(name: str) -> Arm:
 # ---- hashing ------------------------------------------------------------
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def hash_tree(folder: Path, exclude: Sequence[str] = ()) -> dict[str, str]:
     """``{relative posix path: sha256}`` of every regular file (caches, and the
     top-level entries named in ``exclude``, skipped)."""
@@ -134,7 +126,8 @@ def hash_tree(folder: Path, exclude: Sequence[str] = ()) -> dict[str, str]:
         if any(part in _SKIP_PARTS for part in rel.parts) or path.suffix == ".pyc" or rel.parts[0] in exclude:
             continue
         if path.is_file() and not path.is_symlink():
-            files[rel.as_posix()] = sha256_file(path)
+            with path.open("rb") as handle:
+                files[rel.as_posix()] = hashlib.file_digest(handle, "sha256").hexdigest()
     return files
 
 
