@@ -498,6 +498,25 @@ def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
         setup.stop()
 
 
+def measured_closed_loop(
+    setup: Setup, model: str, workers: int, args: argparse.Namespace, texts: list[str] | None = None
+) -> dict[str, Any]:
+    """Once ``workers`` workers of ``model`` are live and settled, the closed loop
+    of ``args`` through the gateway, with the CPU each process spent."""
+    wait_ready(setup.url, setup.procs[1], model)
+    while len(live_workers(setup.nats_url, model)) < workers:
+        time.sleep(0.2)
+    time.sleep(2)  # let the workers' start-up CPU settle
+    before = cpu_by_process(setup.procs)
+    out = asyncio.run(closed_loop(setup.url, model, args.inflight, args.seconds, texts=texts))
+    after = cpu_by_process(setup.procs)
+    # CPU milliseconds each process spent per answered request: is the machine the limit?
+    answered = max(1, out["statuses"].get(200, 0))
+    out["cpu_ms_per_request"] = {k: round((after[k] - before[k]) * 1000 / answered, 2) for k in after}
+    out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
+    return out
+
+
 def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for workers in args.workers:
@@ -513,17 +532,7 @@ def cmd_scale(args: argparse.Namespace) -> dict[str, Any]:
                 None,
                 None,
             )
-            wait_ready(setup.url, setup.procs[1], "test/sleeper")
-            while len(live_workers(setup.nats_url, "test/sleeper")) < workers:
-                time.sleep(0.2)
-            time.sleep(2)  # let the workers' start-up CPU settle
-            before = cpu_by_process(setup.procs)
-            out = asyncio.run(closed_loop(setup.url, "test/sleeper", args.inflight, args.seconds))
-            after = cpu_by_process(setup.procs)
-            # CPU milliseconds each process spent per answered request: is the machine the limit?
-            answered = max(1, out["statuses"].get(200, 0))
-            out["cpu_ms_per_request"] = {k: round((after[k] - before[k]) * 1000 / answered, 2) for k in after}
-            out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
+            out = measured_closed_loop(setup, "test/sleeper", workers, args)
             result[f"workers{workers}"] = out
             print(workers, out, flush=True)
         finally:
@@ -549,14 +558,7 @@ def cmd_scale_model(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(workers):
                 cpu = str(cpus[i % len(cpus)])
                 setup.add_worker(f"w{i}", ["--model", model, "--torch-threads", "1", *args.worker_arg], cpu)
-            wait_ready(setup.url, setup.procs[1], model)
-            while len(live_workers(setup.nats_url, model)) < workers:
-                time.sleep(0.2)
-            time.sleep(2)  # let the workers' start-up CPU settle
-            before = cpu_by_process(setup.procs)
-            out = asyncio.run(closed_loop(setup.url, model, args.inflight, args.seconds, texts=texts))
-            after = cpu_by_process(setup.procs)
-            out["cores_used"] = round(sum(after[k] - before[k] for k in after) / args.seconds, 2)
+            out = measured_closed_loop(setup, model, workers, args, texts)
             result[f"workers{workers}"] = out
             print(workers, {k: out[k] for k in ("per_s", "statuses", "served_by", "p50_ms", "cores_used")}, flush=True)
         finally:
