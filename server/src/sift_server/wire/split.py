@@ -87,6 +87,19 @@ def _skip_ws(view: memoryview, pos: int) -> int:
     return match.end()
 
 
+def _after_value(view: memoryview, pos: int, close: int) -> tuple[int, bool] | None:
+    """After a value inside an array or object: the start of the next value and
+    False, or the position past ``close`` and True; None when neither follows."""
+    pos = _skip_ws(view, pos)
+    if pos >= len(view):
+        return None
+    if view[pos] == close:
+        return pos + 1, True
+    if view[pos] != ord(","):
+        return None
+    return _skip_ws(view, pos + 1), False
+
+
 def json_value_end(view: memoryview, pos: int, window: int) -> int | None:
     """The offset of the first byte after the JSON value at ``pos`` and the
     whitespace that follows it (``pos`` must not point at whitespace), scanning at
@@ -169,15 +182,12 @@ def _split_json(view: memoryview, field: str, window: int, max_chars: Mapping[st
                             return None
                         elements.append(view[pos:end])
                         yield end - pos
-                        pos = _skip_ws(view, end)
-                        if pos >= len(view):
+                        step = _after_value(view, end, ord("]"))
+                        if step is None:
                             return None
-                        if view[pos] == ord("]"):
-                            pos += 1
+                        pos, closed = step
+                        if closed:
                             break
-                        if view[pos] != ord(","):
-                            return None
-                        pos = _skip_ws(view, pos + 1)
             else:
                 end = None
                 if key in max_chars:
@@ -189,15 +199,12 @@ def _split_json(view: memoryview, field: str, window: int, max_chars: Mapping[st
                 parts.append(key_raw + b":" + bytes(view[pos:end]))
                 yield end - pos
                 pos = end
-            pos = _skip_ws(view, pos)
-            if pos >= len(view):
+            step = _after_value(view, pos, ord("}"))
+            if step is None:
                 return None
-            if view[pos] == ord("}"):
-                pos += 1
+            pos, closed = step
+            if closed:
                 break
-            if view[pos] != ord(","):
-                return None
-            pos = _skip_ws(view, pos + 1)
     if _skip_ws(view, pos) != len(view):
         return None
     return Split(b"{" + b",".join(parts) + b"}", elements)
