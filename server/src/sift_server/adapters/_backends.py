@@ -436,14 +436,16 @@ def open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Ar
 
 Evaluate = Callable[[Runner], np.ndarray]
 Agree = Callable[[np.ndarray, np.ndarray], tuple[bool, float]]
+# Seconds from an arbitrary origin; injected so tests can script what timing sees.
+Clock = Callable[[], float]
 
 
-def _seconds(evaluate: Evaluate, runner: Runner) -> float:
+def _seconds(evaluate: Evaluate, runner: Runner, clock: Clock) -> float:
     best = float("inf")
     for _ in range(TIMING_REPEATS):
-        start = time.perf_counter()
+        start = clock()
         evaluate(runner)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
@@ -469,6 +471,7 @@ def choose(
     agree: Agree,
     tolerance: float,
     probe_key: str = "",
+    clock: Clock = time.perf_counter,
 ) -> tuple[Runner, dict[str, Any]]:
     """Open the runner the request names, or the fastest that agrees with torch fp32.
 
@@ -519,7 +522,7 @@ def choose(
                 measured = cached.get("measured", {})
                 return runner, {**runner.describe(), "selected_by": "auto (recorded)", "measured": measured}
 
-    runner, measured = _decide(graph, request, pool, store, evaluate, agree, tolerance)
+    runner, measured = _decide(graph, request, pool, store, evaluate, agree, tolerance, clock)
     artifacts.write_decision(decisions, decision_key, {"choice": str(runner.choice), "measured": measured})
     _drop_reference(graph, runner)
     return runner, {**runner.describe(), "selected_by": "auto", "measured": measured}
@@ -533,10 +536,11 @@ def _decide(
     evaluate: Evaluate,
     agree: Agree,
     tolerance: float,
+    clock: Clock,
 ) -> tuple[Runner, dict[str, Any]]:
     reference = open_runner(graph, REFERENCE, request, store)
     expected = evaluate(reference)
-    best: tuple[float, Runner] = (_seconds(evaluate, reference), reference)
+    best: tuple[float, Runner] = (_seconds(evaluate, reference, clock), reference)
     measured: dict[str, Any] = {str(REFERENCE): {"agreement": 1.0, "seconds": round(best[0], 6), "passed": True}}
     log.info("%s: choosing a backend among %s (tolerance %g)", graph.kind, ", ".join(map(str, pool)), tolerance)
     for choice in pool:
@@ -556,7 +560,7 @@ def _decide(
         ok, agreement = agree(evaluate(runner), expected)
         entry: dict[str, Any] = {"agreement": round(float(agreement), 8), "passed": ok}
         if ok:
-            seconds = _seconds(evaluate, runner)
+            seconds = _seconds(evaluate, runner, clock)
             entry["seconds"] = round(seconds, 6)
             if seconds < best[0]:
                 if best[1] is not reference:
