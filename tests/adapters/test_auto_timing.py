@@ -7,6 +7,7 @@ and nothing here depends on how fast this machine is."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -281,3 +282,55 @@ def test_only_the_reference_passing_is_not_timed(harness: Harness, monkeypatch: 
     )
     assert runner.choice == TORCH
     assert runtime["timing"]["rounds"] == 0
+
+
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What this process already decided again is module state: start from none.
+    monkeypatch.setattr(backends, "_REDECIDED", set())
+
+
+@pytest.mark.usefixtures("fresh_process")
+def test_rechoose_decides_again_once_and_records_it(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    script(monkeypatch, harness, clock, COSTS)
+    first, _ = choose(harness, clock)
+    assert first.choice == OV_BF16
+    # The machine changed (say, another tenant now shares its cache): onnx is now the fastest.
+    script(monkeypatch, harness, clock, {**COSTS, ONNX: 0.005})
+    assert choose(harness, NoClock())[0].choice == OV_BF16  # without asking: the recorded one
+    harness.request = dataclasses.replace(harness.request, rechoose=True)
+    again, runtime = choose(harness, clock)
+    assert again.choice == ONNX and runtime["selected_by"] == "auto"
+    # Recorded for later starts, and a reload in this process (eviction) does not time again.
+    reloaded, runtime = choose(harness, NoClock())
+    assert reloaded.choice == ONNX and runtime["selected_by"] == "auto (recorded)"
+    harness.request = dataclasses.replace(harness.request, rechoose=False)
+    assert choose(harness, NoClock())[0].choice == ONNX
+
+
+def test_rechoose_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from sift_server.adapters.base import LoadContext
+    from sift_server.registry import loader
+    from sift_server.registry.catalog import load_spec
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    path = tmp_path / "m.yaml"
+    path.write_text(f"name: m\nadapter: sentence-embedder\nsource: {{path: {folder}}}\ntasks: [encode]\n")
+    seen: list[bool] = []
+
+    class Recorder:
+        @classmethod
+        def load(cls, ctx: LoadContext) -> Any:
+            seen.append(ctx.rechoose_backend)
+
+    monkeypatch.setattr(loader, "adapter_class", lambda name: Recorder)
+    for value, expected in (("1", True), ("true", True), ("0", False), ("", False)):
+        monkeypatch.setenv("SIFT_RECHOOSE_BACKEND", value)
+        loader.load_adapter(load_spec(path), torch_threads=1)
+        assert seen.pop() is expected
+    monkeypatch.delenv("SIFT_RECHOOSE_BACKEND")
+    loader.load_adapter(load_spec(path), torch_threads=1)
+    assert seen.pop() is False

@@ -71,6 +71,10 @@ NEAR_MARGIN = 0.05
 # Part of a decision's key: changing how auto measures or decides redoes recorded
 # decisions once (those of the sequential single timing could be an unlucky draw).
 TIMING_METHOD = f"interleaved-median:{TIMING_ROUNDS}:{NEAR_MARGIN}"
+# Decisions this process made afresh because it was asked to (``rechoose``), as
+# (cache folder, decision key): a model evicted and loaded again later reuses the
+# decision this process just recorded instead of timing on every reload.
+_REDECIDED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,9 @@ class BackendRequest:
     cache_dir: Path | None = None
     threads: int = 1
     device: str = "cpu"
+    # Decide again instead of loading a recorded auto decision (once per decision
+    # and process: see ``choose``).
+    rechoose: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -599,6 +606,10 @@ def choose(
     )
     decisions = cache if cache is not None else artifacts.usable_cache_dir(request.cache_dir)
     cached = artifacts.read_decision(decisions, decision_key)
+    redecide = (str(decisions), decision_key)
+    if cached is not None and request.rechoose and redecide not in _REDECIDED:
+        log.info("%s: deciding again as asked (recorded: %s)", graph.kind, cached.get("choice"))
+        cached = None
     if cached is not None:
         known = {str(c): c for c in pool}
         choice = known.get(str(cached.get("choice")))
@@ -612,7 +623,11 @@ def choose(
                 measured = cached.get("measured", {})
                 timing = cached.get("timing", {})
                 decided_at = cached.get("decided_at")
-                log.info("%s; decided %s", summary(graph.kind, choice, measured, timing), decided_at or "earlier")
+                log.info(
+                    "%s; decided %s (SIFT_RECHOOSE_BACKEND=1 decides again)",
+                    summary(graph.kind, choice, measured, timing),
+                    decided_at or "earlier",
+                )
                 return runner, {
                     **runner.describe(),
                     "selected_by": "auto (recorded)",
@@ -626,6 +641,8 @@ def choose(
     decided_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     record = {"choice": str(runner.choice), "measured": measured, "timing": timing, "decided_at": decided_at}
     artifacts.write_decision(decisions, decision_key, record)
+    if request.rechoose:
+        _REDECIDED.add(redecide)
     _drop_reference(graph, runner)
     return runner, {
         **runner.describe(),
