@@ -334,3 +334,29 @@ def test_rechoose_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.delenv("SIFT_RECHOOSE_BACKEND")
     loader.load_adapter(load_spec(path), torch_threads=1)
     assert seen.pop() is False
+
+
+def test_the_log_line_says_when_the_margin_chose() -> None:
+    measured = {
+        "openvino/fp32": {"agreement": 0.99999, "passed": True, "seconds": 0.0103},
+        "openvino/bf16": {"agreement": 0.99995, "passed": True, "seconds": 0.0100},
+    }
+    timing = {"rounds": 5, "margin": 0.05, "tolerance": 0.9999, "fastest": "openvino/bf16"}
+    line = backends.summary("sentence-embedder", OV_FP32, measured, timing)
+    assert line == (
+        "sentence-embedder: backend openvino/fp32 (median of 5 interleaved rounds: openvino/bf16 10.0 ms, "
+        "openvino/fp32 10.3 ms); preferred to openvino/bf16, within 5% of it"
+    )
+    untimed = backends.summary("x", TORCH, {"torch/fp32": {"agreement": 1.0, "passed": True}}, {"rounds": 0})
+    assert untimed == "x: backend torch/fp32 (the only candidate within tolerance: not timed)"
+
+
+def test_a_damaged_decision_record_still_loads(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    script(monkeypatch, harness, clock, COSTS)
+    choose(harness, clock)
+    assert harness.request.cache_dir is not None
+    [path] = (harness.request.cache_dir / "decisions").glob("*.json")
+    path.write_text(json.dumps({"choice": "openvino/bf16", "measured": {"onnx/fp32": "?"}, "timing": [1]}))
+    runner, runtime = choose(harness, NoClock())
+    assert runner.choice == OV_BF16 and runtime["selected_by"] == "auto (recorded)"

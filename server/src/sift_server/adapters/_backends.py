@@ -524,22 +524,28 @@ def time_rounds(runners: Sequence[Runner], evaluate: Evaluate, rounds: int, cloc
 
 
 def summary(kind: str, choice: Choice, measured: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
-    """One log line: what runs and the figures it was chosen by."""
+    """One log line: what runs and the figures it was chosen by. Tolerates any
+    shape of ``measured`` (a recorded decision file is read back, not trusted)."""
+    entries = {name: entry for name, entry in measured.items() if isinstance(entry, Mapping)}
     timed = sorted(
-        ((name, entry["seconds"]) for name, entry in measured.items() if "seconds" in entry), key=lambda x: x[1]
+        ((name, float(entry["seconds"])) for name, entry in entries.items() if isinstance(entry.get("seconds"), float)),
+        key=lambda item: item[1],
     )
-    figures = ", ".join(f"{name} {seconds * 1000:.1f} ms" for name, seconds in timed) or "nothing else passed"
     missed = [
         f"{name} {entry['agreement']:.6f}"
-        if "agreement" in entry
+        if isinstance(entry.get("agreement"), float)
         else f"{name} ({entry.get('note') or 'could not be opened'})"
-        for name, entry in measured.items()
+        for name, entry in entries.items()
         if not entry.get("passed")
     ]
-    text = f"{kind}: backend {choice} (median of {timing.get('rounds', '?')} interleaved rounds: {figures})"
+    if timed:
+        figures = ", ".join(f"{name} {seconds * 1000:.1f} ms" for name, seconds in timed)
+        text = f"{kind}: backend {choice} (median of {timing.get('rounds', '?')} interleaved rounds: {figures})"
+    else:
+        text = f"{kind}: backend {choice} (the only candidate within tolerance: not timed)"
     fastest = timing.get("fastest")
     if fastest and fastest != str(choice):
-        text += f"; preferred to {fastest}, within {timing.get('margin', NEAR_MARGIN):.0%} of it"
+        text += f"; preferred to {fastest}, within {float(timing.get('margin', NEAR_MARGIN)):.0%} of it"
     if missed:
         text += f"; not within tolerance {timing.get('tolerance', '?')}: {', '.join(missed)}"
     return text
@@ -620,8 +626,10 @@ def choose(
                 log.warning("%s: the recorded choice %s failed to open (%s); deciding again", graph.kind, choice, exc)
             else:
                 _drop_reference(graph, runner)
-                measured = cached.get("measured", {})
-                timing = cached.get("timing", {})
+                measured = cached.get("measured")
+                measured = measured if isinstance(measured, dict) else {}
+                timing = cached.get("timing")
+                timing = timing if isinstance(timing, dict) else {}
                 decided_at = cached.get("decided_at")
                 log.info(
                     "%s; decided %s (SIFT_RECHOOSE_BACKEND=1 decides again)",
