@@ -159,6 +159,10 @@ def test_auto_chooses_a_passing_backend_and_records_it(embedder_dir: Path, cache
     chosen = f"{runtime['backend']}/{runtime['precision']}"
     assert runtime["measured"][chosen]["passed"]
     assert "onnx/int8" not in runtime["measured"]  # never auto
+    # The figures it was chosen by: a median over interleaved rounds for every passing candidate.
+    assert runtime["timing"]["rounds"] == backends.TIMING_ROUNDS
+    timed = {k: v for k, v in runtime["measured"].items() if v["passed"]}
+    assert all(len(v["samples"]) == backends.TIMING_ROUNDS and v["seconds"] > 0 for v in timed.values())
     second = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "auto"))
     assert second.info.runtime["selected_by"] == "auto (recorded)"
     assert (second.info.runtime["backend"], second.info.runtime["precision"]) == (

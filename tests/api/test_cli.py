@@ -46,3 +46,21 @@ def test_serve_flags_reach_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DrainingServer, "run", fake_run)
     assert main(["serve", "--port", "8123", "--keep-alive-s", "30", "--policy", "timed"]) == 0
     assert seen == {"keep_alive": 30, "port": 8123, "policy": "timed"}
+
+
+def test_rechoose_backend_flag_reaches_the_model_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from sift_server.registry.loader import rechoose_backend
+    from sift_server.server import DrainingServer
+
+    monkeypatch.delenv("SIFT_RECHOOSE_BACKEND", raising=False)  # restored after the test
+    seen: dict[str, object] = {}
+
+    def fake_run(self: DrainingServer, sockets: object = None) -> None:
+        seen["env"] = os.environ.get("SIFT_RECHOOSE_BACKEND")
+        seen["loader"] = rechoose_backend()
+
+    monkeypatch.setattr(DrainingServer, "run", fake_run)
+    assert main(["serve", "--rechoose-backend"]) == 0
+    assert seen == {"env": "1", "loader": True}

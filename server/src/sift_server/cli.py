@@ -48,6 +48,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="Run every model on this backend, overriding the catalog: auto, torch, onnx or openvino, "
         "optionally with :PRECISION (e.g. openvino:fp32, onnx:int8). Same as SIFT_BACKEND.",
     )
+    p.add_argument(
+        "--rechoose-backend",
+        action="store_const",
+        const=True,
+        help="For every auto entry, time the backends again at load and record the new choice instead of "
+        "reusing the recorded one (once per model per process). Same as SIFT_RECHOOSE_BACKEND=1.",
+    )
     p.add_argument("--max-queue-items", type=int, help="Pending items per model before 503 QUEUE_FULL (default 512).")
     p.add_argument("--max-request-items", type=int, help="Items one request may carry, 400 beyond (default 512).")
     p.add_argument("--queue-timeout-s", type=float, help="A request queued longer gets 503 QUEUE_FULL (default 30).")
@@ -86,7 +93,8 @@ def _backend_arg(text: str) -> str:
 
 def settings_from_args(args: argparse.Namespace, skip: Sequence[str] = ()) -> Any:
     """Settings from the serve flags that were given (None: invalid, reported).
-    ``--backend`` goes to the environment as SIFT_BACKEND, where the model loader reads it."""
+    ``--backend`` and ``--rechoose-backend`` go to the environment as SIFT_BACKEND and
+    SIFT_RECHOOSE_BACKEND, where the model loader reads them."""
     import os
 
     from pydantic import ValidationError
@@ -96,10 +104,12 @@ def settings_from_args(args: argparse.Namespace, skip: Sequence[str] = ()) -> An
     overrides = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("handler", "command", "backend", *skip) and value is not None
+        if key not in ("handler", "command", "backend", "rechoose_backend", *skip) and value is not None
     }
     if getattr(args, "backend", None):
         os.environ["SIFT_BACKEND"] = args.backend
+    if getattr(args, "rechoose_backend", None):
+        os.environ["SIFT_RECHOOSE_BACKEND"] = "1"
     try:
         return Settings(**overrides)
     except ValidationError as exc:

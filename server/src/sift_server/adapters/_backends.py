@@ -15,15 +15,17 @@ otherwise size its pool by the machine and ignore ``taskset``.
 from __future__ import annotations
 
 import abc
+import datetime
 import functools
 import importlib.util
 import logging
 import platform
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -57,7 +59,22 @@ _LIBRARY = {"onnx": "onnxruntime", "openvino": "openvino"}
 # few hundred MB and cost nothing measurable on repeated shapes (probes/soak.py).
 OPENVINO_SHAPE_CACHE = 128
 PROBE_VERSION = "1"
-TIMING_REPEATS = 3
+# auto times the candidates that pass in rounds, each round running every one of
+# them once on the probe set, and compares their medians (see ``pick``). Five
+# rounds: the median then ignores up to two disturbed samples per candidate, for
+# about two more probe-set forwards per candidate than the three sequential
+# repeats this replaced.
+TIMING_ROUNDS = 5
+# Candidates whose medians are within this fraction of the fastest count as equally
+# fast; the first of them in ``candidates()``' order wins (see ``pick``).
+NEAR_MARGIN = 0.05
+# Part of a decision's key: changing how auto measures or decides redoes recorded
+# decisions once (those of the sequential single timing could be an unlucky draw).
+TIMING_METHOD = f"interleaved-median:{TIMING_ROUNDS}:{NEAR_MARGIN}"
+# Decisions this process made afresh because it was asked to (``rechoose``), as
+# (cache folder, decision key): a model evicted and loaded again later reuses the
+# decision this process just recorded instead of timing on every reload.
+_REDECIDED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,9 @@ class BackendRequest:
     cache_dir: Path | None = None
     threads: int = 1
     device: str = "cpu"
+    # Decide again instead of loading a recorded auto decision (once per decision
+    # and process: see ``choose``).
+    rechoose: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -97,7 +117,9 @@ class BackendRequest:
 
 
 def candidates(request: BackendRequest) -> list[Choice]:
-    """What ``request`` leaves to choose from, the reference (torch fp32) first."""
+    """What ``request`` leaves to choose from, in ``auto``'s order of preference
+    among equally fast candidates: the reference (torch fp32) first, then the
+    other fp32 runtimes, then reduced precisions."""
     if request.device.startswith("cuda"):
         pool = [REFERENCE, Choice("torch", "fp16"), Choice("torch", "bf16")]
     else:
@@ -432,19 +454,101 @@ def open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Ar
 
 
 # ---- choosing ------------------------------------------------------------------
+#
+# A functional core and a thin shell: ``timing_order`` and ``pick`` are pure
+# functions of their arguments (what order a round runs in; which candidate the
+# measured samples choose), ``time_rounds`` only runs forwards and reads the
+# clock, and ``choose``/``_decide`` open runners and record the result.
 
 
 Evaluate = Callable[[Runner], np.ndarray]
 Agree = Callable[[np.ndarray, np.ndarray], tuple[bool, float]]
+# Seconds from an arbitrary origin; injected so tests can script what timing sees.
+Clock = Callable[[], float]
+T = TypeVar("T")
 
 
-def _seconds(evaluate: Evaluate, runner: Runner) -> float:
-    best = float("inf")
-    for _ in range(TIMING_REPEATS):
-        start = time.perf_counter()
-        evaluate(runner)
-        best = min(best, time.perf_counter() - start)
-    return best
+def timing_order(items: Sequence[T], round_index: int) -> list[T]:
+    """Round ``round_index``'s order: rotated by one each round, so no candidate
+    always runs first (after the probe inputs were built) or always right after
+    the same other runtime (whose caches it then finds cold)."""
+    if not items:
+        return []
+    shift = round_index % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What ``pick`` chose from the samples, and why."""
+
+    choice: Choice
+    fastest: Choice  # the lowest median; ``choice`` differs only within the margin
+    medians: Mapping[Choice, float]
+
+
+def pick(samples: Mapping[Choice, Sequence[float]], preference: Sequence[Choice], margin: float) -> Verdict:
+    """The candidate the timing samples choose: the first in ``preference``
+    whose median is within ``margin`` (a fraction) of the lowest median.
+
+    The median, not the minimum: interference on a shared machine only ever adds
+    time, so the minimum would also ignore it, but it is one sample, and a runtime
+    whose forwards vary (thread wake-ups, allocator) can post a lucky one that its
+    served forwards will not match; the median is the forward time it typically
+    gives and, over interleaved rounds, ignores the few samples a stall disturbs.
+    The margin: candidates this close are equally fast as far as a few rounds on
+    a noisy machine can tell, and always taking the preferred one keeps noise from
+    flipping the recorded choice between them from one decision to the next."""
+    if not samples:
+        raise ValueError("nothing was timed")
+    rank = {choice: index for index, choice in enumerate(preference)}
+    medians = {choice: float(statistics.median(values)) for choice, values in samples.items()}
+    fastest = min(medians, key=lambda c: (medians[c], rank[c]))
+    bar = medians[fastest] * (1.0 + margin)
+    choice = min((c for c in medians if medians[c] <= bar), key=lambda c: rank[c])
+    return Verdict(choice=choice, fastest=fastest, medians=medians)
+
+
+def time_rounds(runners: Sequence[Runner], evaluate: Evaluate, rounds: int, clock: Clock) -> dict[Choice, list[float]]:
+    """Seconds of each runner's ``evaluate``, ``rounds`` samples each, interleaved:
+    every round runs every runner once (in ``timing_order``), so a stretch when
+    another process holds the core costs each candidate a sample or two rather
+    than one candidate all of its samples."""
+    samples: dict[Choice, list[float]] = {runner.choice: [] for runner in runners}
+    for index in range(rounds):
+        for runner in timing_order(runners, index):
+            start = clock()
+            evaluate(runner)
+            samples[runner.choice].append(clock() - start)
+    return samples
+
+
+def summary(kind: str, choice: Choice, measured: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
+    """One log line: what runs and the figures it was chosen by. Tolerates any
+    shape of ``measured`` (a recorded decision file is read back, not trusted)."""
+    entries = {name: entry for name, entry in measured.items() if isinstance(entry, Mapping)}
+    timed = sorted(
+        ((name, float(entry["seconds"])) for name, entry in entries.items() if isinstance(entry.get("seconds"), float)),
+        key=lambda item: item[1],
+    )
+    missed = [
+        f"{name} {entry['agreement']:.6f}"
+        if isinstance(entry.get("agreement"), float)
+        else f"{name} ({entry.get('note') or 'could not be opened'})"
+        for name, entry in entries.items()
+        if not entry.get("passed")
+    ]
+    if timed:
+        figures = ", ".join(f"{name} {seconds * 1000:.1f} ms" for name, seconds in timed)
+        text = f"{kind}: backend {choice} (median of {timing.get('rounds', '?')} interleaved rounds: {figures})"
+    else:
+        text = f"{kind}: backend {choice} (the only candidate within tolerance: not timed)"
+    fastest = timing.get("fastest")
+    if fastest and fastest != str(choice):
+        text += f"; preferred to {fastest}, within {float(timing.get('margin', NEAR_MARGIN)):.0%} of it"
+    if missed:
+        text += f"; not within tolerance {timing.get('tolerance', '?')}: {', '.join(missed)}"
+    return text
 
 
 @functools.cache
@@ -469,6 +573,7 @@ def choose(
     agree: Agree,
     tolerance: float,
     probe_key: str = "",
+    clock: Clock = time.perf_counter,
 ) -> tuple[Runner, dict[str, Any]]:
     """Open the runner the request names, or the fastest that agrees with torch fp32.
 
@@ -501,11 +606,16 @@ def choose(
             "cpu": _cpu_signature(),
             "tolerance": tolerance,
             "probe": f"{PROBE_VERSION}:{probe_key}",
+            "timing": TIMING_METHOD,
             "versions": artifacts.library_versions(),
         }
     )
     decisions = cache if cache is not None else artifacts.usable_cache_dir(request.cache_dir)
     cached = artifacts.read_decision(decisions, decision_key)
+    redecide = (str(decisions), decision_key)
+    if cached is not None and request.rechoose and redecide not in _REDECIDED:
+        log.info("%s: deciding again as asked (recorded: %s)", graph.kind, cached.get("choice"))
+        cached = None
     if cached is not None:
         known = {str(c): c for c in pool}
         choice = known.get(str(cached.get("choice")))
@@ -516,13 +626,39 @@ def choose(
                 log.warning("%s: the recorded choice %s failed to open (%s); deciding again", graph.kind, choice, exc)
             else:
                 _drop_reference(graph, runner)
-                measured = cached.get("measured", {})
-                return runner, {**runner.describe(), "selected_by": "auto (recorded)", "measured": measured}
+                measured = cached.get("measured")
+                measured = measured if isinstance(measured, dict) else {}
+                timing = cached.get("timing")
+                timing = timing if isinstance(timing, dict) else {}
+                decided_at = cached.get("decided_at")
+                log.info(
+                    "%s; decided %s (SIFT_RECHOOSE_BACKEND=1 decides again)",
+                    summary(graph.kind, choice, measured, timing),
+                    decided_at or "earlier",
+                )
+                return runner, {
+                    **runner.describe(),
+                    "selected_by": "auto (recorded)",
+                    "measured": measured,
+                    "timing": timing,
+                    "decided_at": decided_at,
+                }
 
-    runner, measured = _decide(graph, request, pool, store, evaluate, agree, tolerance)
-    artifacts.write_decision(decisions, decision_key, {"choice": str(runner.choice), "measured": measured})
+    runner, measured, timing = _decide(graph, request, pool, store, evaluate, agree, tolerance, clock)
+    # Wall-clock date for the operator reading /v1/models; the choice never depends on it.
+    decided_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    record = {"choice": str(runner.choice), "measured": measured, "timing": timing, "decided_at": decided_at}
+    artifacts.write_decision(decisions, decision_key, record)
+    if request.rechoose:
+        _REDECIDED.add(redecide)
     _drop_reference(graph, runner)
-    return runner, {**runner.describe(), "selected_by": "auto", "measured": measured}
+    return runner, {
+        **runner.describe(),
+        "selected_by": "auto",
+        "measured": measured,
+        "timing": timing,
+        "decided_at": decided_at,
+    }
 
 
 def _decide(
@@ -533,12 +669,19 @@ def _decide(
     evaluate: Evaluate,
     agree: Agree,
     tolerance: float,
-) -> tuple[Runner, dict[str, Any]]:
-    reference = open_runner(graph, REFERENCE, request, store)
-    expected = evaluate(reference)
-    best: tuple[float, Runner] = (_seconds(evaluate, reference), reference)
-    measured: dict[str, Any] = {str(REFERENCE): {"agreement": 1.0, "seconds": round(best[0], 6), "passed": True}}
+    clock: Clock,
+) -> tuple[Runner, dict[str, Any], dict[str, Any]]:
+    """Open every candidate, keep those within tolerance, time them in
+    interleaved rounds and ``pick``; returns the chosen runner (the others
+    closed), what each candidate measured, and how the timing was done."""
     log.info("%s: choosing a backend among %s (tolerance %g)", graph.kind, ", ".join(map(str, pool)), tolerance)
+    reference = open_runner(graph, REFERENCE, request, store)
+    # The reference outputs; this forward, like each candidate's agreement check
+    # below, also warms its runner (first-call allocations, per-shape kernels)
+    # before any timed sample.
+    expected = evaluate(reference)
+    passing: list[Runner] = [reference]
+    measured: dict[str, Any] = {str(REFERENCE): {"agreement": 1.0, "passed": True}}
     for choice in pool:
         if choice == REFERENCE:
             continue
@@ -554,30 +697,30 @@ def _decide(
             runner.close()
             continue
         ok, agreement = agree(evaluate(runner), expected)
-        entry: dict[str, Any] = {"agreement": round(float(agreement), 8), "passed": ok}
+        measured[str(choice)] = {"agreement": round(float(agreement), 8), "passed": ok}
         if ok:
-            seconds = _seconds(evaluate, runner)
-            entry["seconds"] = round(seconds, 6)
-            if seconds < best[0]:
-                if best[1] is not reference:
-                    best[1].close()
-                best = (seconds, runner)
-            else:
-                runner.close()
+            passing.append(runner)
         else:
-            log.info("%s: %s misses the tolerance (%.6f)", graph.kind, choice, agreement)
             runner.close()
-        measured[str(choice)] = entry
-    chosen = best[1]
-    if chosen is not reference:
-        reference.close()
-    log.info(
-        "%s: backend %s chosen (%s)",
-        graph.kind,
-        chosen.choice,
-        "; ".join(f"{k}: {v.get('seconds', '-')} s, agreement {v.get('agreement', '-')}" for k, v in measured.items()),
-    )
-    return chosen, measured
+    # All passing runners stay open through the rounds (that is what interleaving
+    # needs): on a CPU that is up to four copies of the model at once, briefly.
+    rounds = TIMING_ROUNDS if len(passing) > 1 else 0  # one candidate: nothing to compare
+    samples = time_rounds(passing, evaluate, rounds, clock)
+    timing: dict[str, Any] = {"rounds": rounds, "statistic": "median", "margin": NEAR_MARGIN, "tolerance": tolerance}
+    if rounds:
+        verdict = pick(samples, pool, NEAR_MARGIN)
+        chosen = next(r for r in passing if r.choice == verdict.choice)
+        timing["fastest"] = str(verdict.fastest)
+        for choice, values in samples.items():
+            measured[str(choice)]["seconds"] = round(verdict.medians[choice], 6)
+            measured[str(choice)]["samples"] = [round(v, 6) for v in values]
+    else:
+        chosen = reference
+    for runner in passing:
+        if runner is not chosen:
+            runner.close()
+    log.info("%s", summary(graph.kind, chosen.choice, measured, timing))
+    return chosen, measured, timing
 
 
 def _drop_reference(graph: Graph, runner: Runner) -> None:

@@ -106,7 +106,8 @@ class LoadContext:
     ``adapters/_backends.py``); a bare context runs PyTorch fp32 without
     probing (tests load their references that way), the catalog's default is
     ``auto``; a ``precision`` of None leaves the precision to choose. ``torch_threads`` is the thread count of
-    every backend, not only PyTorch's."""
+    every backend, not only PyTorch's. ``rechoose_backend``: ``auto`` decides again instead of
+    reusing its recorded decision (``SIFT_RECHOOSE_BACKEND``)."""
 
     path: Path
     options: Mapping[str, Any]
@@ -116,6 +117,7 @@ class LoadContext:
     precision: str | None = "fp32"
     tolerance: float | None = None
     cache_dir: Path | None = None
+    rechoose_backend: bool = False
 
 
 class Adapter(abc.ABC):

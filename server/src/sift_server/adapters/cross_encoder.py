@@ -132,6 +132,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
             tolerance=ctx.tolerance,
             cache_dir=ctx.cache_dir,
             threads=ctx.torch_threads,
+            rechoose=ctx.rechoose_backend,
             device=str(device),
         )
         names = tuple(tokenizer.model_input_names)

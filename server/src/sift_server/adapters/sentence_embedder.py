@@ -121,6 +121,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
             tolerance=ctx.tolerance,
             cache_dir=ctx.cache_dir,
             threads=ctx.torch_threads,
+            rechoose=ctx.rechoose_backend,
             device=_device(options, ctx.backend),
         )
         probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)

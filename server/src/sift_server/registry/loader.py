@@ -39,6 +39,13 @@ def backend_override() -> tuple[str | None, str | None]:
     return backend.strip(), (precision.strip() or None)
 
 
+def rechoose_backend() -> bool:
+    """``SIFT_RECHOOSE_BACKEND`` (``1``, ``true``, ``yes`` or ``on``): ``auto``
+    times the candidates again instead of reusing the recorded decision, and
+    records the new one. ``sift serve --rechoose-backend`` sets it."""
+    return os.environ.get("SIFT_RECHOOSE_BACKEND", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
     backend, precision = backend_override()
     if backend is None:
@@ -55,6 +62,7 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
         backend=backend,
         precision=precision,
         tolerance=spec.tolerance,
+        rechoose_backend=rechoose_backend(),
     )
     return adapter_class(spec.adapter).load(ctx)
 
