@@ -8,7 +8,7 @@ serve: setup
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} .venv/bin/sift serve
 
 lint: setup
-	.venv/bin/ruff check server sdk bench tests
+	.venv/bin/ruff check server sdk bench tests scripts probes
 	.venv/bin/mypy server/src sdk/src bench/src
 
 test: setup lint
