@@ -44,7 +44,14 @@ from sift_server.api.openai import _parse as parse_embeddings
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import FORWARDED_HEADERS, WorkReply, WorkRequest, pack_request, unpack_reply
 from sift_server.cluster.heartbeat import describe_through_gateway
-from sift_server.cluster.hops import PUBLISHED_HEADER, gateway_header, stamp
+from sift_server.cluster.hops import (
+    PUBLISHED_HEADER,
+    STAMPS,
+    format_stamps,
+    gateway_header,
+    stamp,
+    stamps_enabled,
+)
 from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
@@ -84,6 +91,14 @@ class GatewayOptions:
     liveness_poll_s: float = 0.5
 
 
+@dataclass(slots=True)
+class Waiting:
+    """A request waiting for its reply; ``stamps``: its hop stamps (SIFT_HOP_STAMPS)."""
+
+    future: asyncio.Future[WorkReply]
+    stamps: list[tuple[str, float]] | None = None
+
+
 class Gateway:
     """The NATS side of the gateway: publish, await the reply, know live models."""
 
@@ -94,7 +109,8 @@ class Gateway:
         self.nc: NATS | None = None
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None
-        self.pending: dict[str, asyncio.Future[WorkReply]] = {}
+        self.pending: dict[str, Waiting] = {}
+        self.stamps = stamps_enabled()
         self.live: set[str] = set()
         self.live_keys: dict[str, list[str]] = {}
         self._live_read = 0.0
@@ -130,12 +146,14 @@ class Gateway:
 
     async def _on_reply(self, msg: Msg) -> None:
         request_id = msg.subject.rsplit(".", 1)[1]
-        future = self.pending.get(request_id)
-        if future is None or future.done():
+        waiting = self.pending.get(request_id)
+        if waiting is None or waiting.future.done():
             # A redelivered request answered twice (or after we gave up): drop it.
             self.duplicates.inc()
             return
-        future.set_result(unpack_reply(msg.data))
+        if waiting.stamps is not None:
+            waiting.stamps.append(("g_reply", time.perf_counter()))
+        waiting.future.set_result(unpack_reply(msg.data))
 
     async def refresh_live(self) -> None:
         assert self.kv is not None
@@ -181,26 +199,32 @@ class Gateway:
                     return view
         return None
 
-    async def call(self, model: str, work: WorkRequest) -> WorkReply:
-        """Publish one request and wait for its reply (raises SiftError)."""
+    async def call(self, model: str, work: WorkRequest, stamps: list[tuple[str, float]] | None = None) -> WorkReply:
+        """Publish one request and wait for its reply (raises SiftError). ``stamps``
+        (SIFT_HOP_STAMPS): the hop's gateway-side stamps are appended to it."""
         assert self.js is not None
         if not await self.has_worker(model):
             raise NoWorker(f"No worker serves model '{model}' at the moment; retry shortly.")
         request_id = uuid.uuid4().hex
         timeout = self.options.request_timeout_s
         future: asyncio.Future[WorkReply] = asyncio.get_running_loop().create_future()
-        self.pending[request_id] = future
+        self.pending[request_id] = Waiting(future, stamps)
         headers = {
             MSG_ID_HEADER: request_id,
             REPLY_HEADER: reply_subject(self.gateway_id, request_id),
             DEADLINE_HEADER: f"{time.time() + timeout:.6f}",
             PUBLISHED_HEADER: stamp(time.time()),
         }
+        payload = pack_request(work)
+        if stamps is not None:
+            stamps.append(("g_publish", time.perf_counter()))
         try:
             try:
                 await self.js.publish(
-                    work_subject(model), pack_request(work), timeout=self.options.publish_timeout_s, headers=headers
+                    work_subject(model), payload, timeout=self.options.publish_timeout_s, headers=headers
                 )
+                if stamps is not None:
+                    stamps.append(("g_acked", time.perf_counter()))
             except APIError as exc:
                 self.refused.inc()
                 raise QueueFull(
@@ -209,7 +233,10 @@ class Gateway:
             except (TimeoutError, nats.errors.Error) as exc:
                 raise QueueFull(f"The work queue is unavailable ({type(exc).__name__}); retry shortly.") from None
             try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout)
+                reply = await asyncio.wait_for(asyncio.shield(future), timeout)
+                if stamps is not None:
+                    stamps.append(("g_resume", time.perf_counter()))
+                return reply
             except TimeoutError:
                 raise QueueTimeout(
                     f"Model '{model}': no worker answered within {timeout:g} s; retry shortly."
@@ -218,10 +245,15 @@ class Gateway:
             self.pending.pop(request_id, None)
 
 
-def _relay(reply: WorkReply, started: float) -> Response:
+def _relay(reply: WorkReply, started: float, stamps: list[tuple[str, float]] | None = None) -> Response:
     headers = {k: v for k, v in reply.headers if k.lower() != "content-length"}
-    name, value = gateway_header(started, time.perf_counter())
+    answered = time.perf_counter()
+    name, value = gateway_header(started, answered)
     headers[name] = value
+    if stamps is not None:
+        # The worker's stamps (relayed in the reply) and the gateway's own.
+        ours = format_stamps([("g_start", started), *stamps, ("g_answer", answered)])
+        headers[STAMPS] = f"{headers[STAMPS]};{ours}" if headers.get(STAMPS) else ours
     return Response(reply.body, status_code=reply.status, headers=headers)
 
 
@@ -246,12 +278,13 @@ async def _native(request: Request, model: str, endpoint: str) -> Response:
         decode_body(body, request_format(request.headers.get("content-type")), _SCHEMAS[endpoint])
         state.registry.record(name)
         work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), body)
-        reply = await gateway.call(name, work)
+        stamps: list[tuple[str, float]] | None = [] if gateway.stamps else None
+        reply = await gateway.call(name, work, stamps)
     except SiftError as error:
         state.metrics.count(model, endpoint, error.status)
         return native_error(error, state.runtime_instance)
     state.metrics.count(model, endpoint, reply.status, time.perf_counter() - started)
-    return _relay(reply, started)
+    return _relay(reply, started, stamps)
 
 
 @router.post("/v1/encode/{model:path}", summary="Embed items (dense vectors)")
