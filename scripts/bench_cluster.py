@@ -3,6 +3,7 @@
 
 Run from the repository root, each under the shared benchmark lock:
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency --interleave
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
@@ -17,6 +18,7 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import signal
 import statistics
 import sys
@@ -32,12 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from raw_http import RawConnection, RawResponse  # scripts/, beside this file
 
+from sift_server.cluster.hops import STAGES, STAMPS, STAMPS_ENV, parse_stamps
 from sift_server.processes import SiftProcess, free_port, spawn, start_nats, wait_port
 from tests.cluster.conftest import live_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
+DUAL = [sys.executable, "-m", "tests.cluster.dual"]  # a worker that is also a sift serve
 os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())})
 
 
@@ -108,6 +112,14 @@ class Setup:
         self.procs.append(proc)
         return proc
 
+    def add_dual(self, name: str, args: list[str], cpus: str | None) -> str:
+        """A worker that also serves sift serve's HTTP API from the same models
+        (tests/cluster/dual.py); its direct URL."""
+        port = free_port()
+        command = [*DUAL, "--nats-url", self.nats_url, "--worker-id", name, "--port", str(port), *args]
+        self.procs.append(spawn(name, pinned(cpus, command), self.folder / f"{name}.log"))
+        return f"http://127.0.0.1:{port}"
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop(timeout=30)
@@ -161,7 +173,139 @@ async def sequential(url: str, model: str, n: int, hops: list[dict[str, float]] 
     return out
 
 
+def bootstrap_interval(
+    pairs: list[tuple[float, float]], statistic: Any, draws: int = 2000, seed: int = 1
+) -> tuple[float, float]:
+    """95 % percentile bootstrap interval of ``statistic(pairs)``, resampling pairs."""
+    rng = random.Random(seed)
+    values = sorted(statistic(rng.choices(pairs, k=len(pairs))) for _ in range(draws))
+    return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
+
+
+def p50_difference(pairs: list[tuple[float, float]]) -> float:
+    """p50 through the gateway minus p50 direct."""
+    return statistics.median(g for _, g in pairs) - statistics.median(d for d, _ in pairs)
+
+
+def median_paired_difference(pairs: list[tuple[float, float]]) -> float:
+    return statistics.median(g - d for d, g in pairs)
+
+
+# The gateway path's stages (from the X-Sift-Stamps of each answer), as (name, from, to).
+HOP_STAGES = [
+    ("client -> gateway route", "c_send", "g_start"),
+    *((f"{a} -> {b}", a, b) for a, b in itertools.pairwise(s for s in STAGES if s not in ("g_published", "g_acked"))),
+    ("gateway answer -> client", "g_answer", "c_recv"),
+]
+# Off the critical path or overlapping it: reported, not summed.
+SIDE_STAGES = [
+    ("publish call (g_publish -> g_published)", "g_publish", "g_published"),
+    ("publish ack (g_publish -> g_acked)", "g_publish", "g_acked"),
+]
+
+
+def stage_figures(stamped: list[dict[str, float]]) -> dict[str, Any]:
+    """Median of each stage (ms) over the answers that carried both its stamps."""
+    out: dict[str, Any] = {}
+    for name, a, b in [*HOP_STAGES, *SIDE_STAGES]:
+        values = [(r[b] - r[a]) * 1000 for r in stamped if a in r and b in r]
+        if values:
+            out[name] = round(statistics.median(values), 3)
+    out["sum of the critical stages' medians"] = round(sum(out.get(n, 0.0) for n, _, _ in HOP_STAGES), 3)
+    return out
+
+
+async def interleaved(
+    direct_url: str, gateway_url: str, model: str, n: int, gap: float, seed: int
+) -> list[dict[str, Any]]:
+    """``n`` pairs of lone requests, one direct and one through the gateway, in a
+    random order within each pair, ``gap`` seconds between any two requests: the
+    same text for both requests of a pair; one kept-alive connection to each."""
+    rng = random.Random(seed)
+    connections = {"direct": RawConnection(direct_url), "gateway": RawConnection(gateway_url)}
+    await asyncio.gather(*(c.connect() for c in connections.values()))
+    path = f"/v1/encode/{model}"
+    headers = {"Accept": "application/msgpack", "Content-Type": "application/json"}
+    rows: list[dict[str, Any]] = []
+    try:
+        for i in range(n):
+            body = json.dumps({"items": [{"text": f"a lone request {i}"}]}).encode()
+            for kind in rng.sample(["direct", "gateway"], 2):
+                await asyncio.sleep(gap)
+                sent = time.perf_counter()
+                r = await connections[kind].post(path, body, headers)
+                received = time.perf_counter()
+                assert r.status_code == 200, (r.status_code, r.content[:200])
+                stamps = {"c_send": sent, "c_recv": received, **parse_stamps(r.headers.get(STAMPS.lower()))}
+                rows.append({"pair": i, "kind": kind, "ms": (received - sent) * 1000, "stamps": stamps, **hops_of(r)})
+    finally:
+        await asyncio.gather(*(c.close() for c in connections.values()))
+    return rows
+
+
+def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
+    """Direct and gateway against one process (a worker that is also a sift serve,
+    on CPU 0), request by request; the gateway on CPU 1 with this client."""
+    folder = Path(tempfile.mkdtemp(prefix="sift-lat-interleaved-"))
+    setup = Setup(folder)
+    if args.stamps:
+        os.environ[STAMPS_ENV] = "1"
+    model, worker_args = DEFAULT_MODEL, ["--torch-threads", "1"]
+    gateway_args = ["--stream-storage", args.storage, *args.gateway_arg]
+    if args.sleeper:
+        catalog = sleeper_catalog(folder, args.sleep_ms)
+        model, worker_args = "test/sleeper", ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate"]
+        gateway_args += ["--catalog", str(catalog), "--model", "test/sleeper"]
+    try:
+        setup.cluster(0, [], gateway_args, None, "1")
+        direct_url = setup.add_dual("w0", [*worker_args, *args.worker_arg], "0")
+        wait_ready(direct_url, setup.procs[-1], model)
+        wait_ready(setup.url, setup.procs[1], model)
+        os.sched_setaffinity(0, {1})
+        asyncio.run(interleaved(direct_url, setup.url, model, 20, args.gap_ms / 1000, args.seed + 1))  # warm-up
+        rows = asyncio.run(interleaved(direct_url, setup.url, model, args.n, args.gap_ms / 1000, args.seed))
+        os.sched_setaffinity(0, {0, 1})
+    finally:
+        os.environ.pop(STAMPS_ENV, None)
+        setup.stop()
+    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_pair.setdefault(row["pair"], {})[row["kind"]] = row
+    pairs = [(p["direct"]["ms"], p["gateway"]["ms"]) for p in by_pair.values()]
+    direct = [d for d, _ in pairs]
+    gateway = [g for _, g in pairs]
+    low, high = bootstrap_interval(pairs, p50_difference)
+    paired_low, paired_high = bootstrap_interval(pairs, median_paired_difference)
+    route = [r["x-total-time"] for r in rows if r["kind"] == "direct" and "x-total-time" in r]
+    stamped = [r["stamps"] for r in rows if r["kind"] == "gateway"]
+    worker_route = [r["x-total-time"] for r in rows if r["kind"] == "gateway" and "x-total-time" in r]
+    result: dict[str, Any] = {
+        "model": model,
+        "pairs": len(pairs),
+        "direct": {"p50_ms": round(statistics.median(direct), 3), "p90_ms": round(pct(direct, 0.9), 3)},
+        "gateway": {"p50_ms": round(statistics.median(gateway), 3), "p90_ms": round(pct(gateway, 0.9), 3)},
+        "added_p50_ms": round(p50_difference(pairs), 3),
+        "added_p50_ci95_ms": [round(low, 3), round(high, 3)],
+        "median_paired_difference_ms": round(median_paired_difference(pairs), 3),
+        "median_paired_difference_ci95_ms": [round(paired_low, 3), round(paired_high, 3)],
+        # The same route and forward on both paths: does the worker's copy run as fast?
+        "route_p50_ms": {
+            "direct": round(statistics.median(route), 3) if route else None,
+            "through_gateway": round(statistics.median(worker_route), 3) if worker_route else None,
+        },
+        "direct_client_minus_route_p50_ms": round(
+            statistics.median(r["ms"] - r["x-total-time"] for r in rows if r["kind"] == "direct"), 3
+        ),
+        "gateway_stages_p50_ms": stage_figures(stamped) if args.stamps else {},
+        "raw": rows if args.raw else None,
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=1), flush=True)
+    return result
+
+
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
+    if args.interleave:
+        return latency_interleaved(args)
     result: dict[str, Any] = {}
     base = ["--torch-threads", "1"]
     # direct, gateway, direct, gateway, ..., direct: each gateway run between two direct ones.
@@ -644,6 +788,19 @@ def main() -> None:
     p.add_argument("--storage", default="memory", choices=("file", "memory"))
     p.add_argument("--out", type=Path)
     p.add_argument("--rounds", type=int, default=1, help="latency: gateway runs, each between two direct runs")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="latency: direct and gateway against one worker process (also a sift serve), request by request",
+    )
+    p.add_argument("--sleeper", action="store_true", help="latency --interleave: the sleeping test model (--sleep-ms)")
+    p.add_argument("--gap-ms", type=float, default=50.0, help="latency --interleave: pause before each request")
+    p.add_argument("--seed", type=int, default=0, help="latency --interleave: order of each pair")
+    p.add_argument(
+        "--no-stamps", dest="stamps", action="store_false", help="latency --interleave: no X-Sift-Stamps (stages)"
+    )
+    p.add_argument("--raw", action="store_true", help="latency --interleave: every request in --out")
+    p.add_argument("--gateway-arg", action="append", default=[], help="extra sift gateway flag (repeatable)")
     p.add_argument("--client", default="raw", choices=("raw", "httpx"), help="bursts: the load generator")
     p.add_argument("--workload", default="sentences", choices=("short", "sentences", "mixed"), help="scale-model texts")
     p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
