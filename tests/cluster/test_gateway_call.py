@@ -181,3 +181,28 @@ def test_request_ids_differ() -> None:
         return ids
 
     assert len(asyncio.run(run())) == 3
+
+
+def test_only_the_routes_headers_are_forwarded_with_the_request_id() -> None:
+    from starlette.requests import Request
+
+    from sift_server.cluster.gateway import _forwarded
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/encode/org/model",
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"authorization", b"Bearer s3cret"),
+            (b"x-request-id", b"from-the-client"),
+            (b"accept", b"application/msgpack"),
+            (b"user-agent", b"t\xe9st"),
+        ],
+    }
+    assert _forwarded(Request(scope), "rid-1") == [
+        ("content-type", "application/json"),
+        ("accept", "application/msgpack"),
+        ("user-agent", "t\xe9st"),
+        ("x-request-id", "rid-1"),
+    ]

@@ -310,8 +310,16 @@ def _relay(reply: WorkReply, started: float, stamps: list[tuple[str, float]] | N
     return Response(reply.body, status_code=reply.status, headers=headers)
 
 
+# The forwarded headers as the ASGI scope spells them (lower-case bytes); the request id is set apart.
+_FORWARDED_RAW = frozenset(name.encode("latin-1") for name in FORWARDED_HEADERS if name != "x-request-id")
+
+
 def _forwarded(request: Request, request_id: str) -> list[tuple[str, str]]:
-    headers = [(k, v) for k, v in request.headers.items() if k in FORWARDED_HEADERS and k != "x-request-id"]
+    """The headers the worker's routes read, straight from the scope (decoding
+    only those: Starlette's Headers and URL objects cost about 0.08 ms of the
+    first request after an idle spell on this repository's VM)."""
+    raw: list[tuple[bytes, bytes]] = request.scope["headers"]
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw if k in _FORWARDED_RAW]
     headers.append(("x-request-id", request_id))
     return headers
 
@@ -330,7 +338,7 @@ async def _native(request: Request, model: str, endpoint: str) -> Response:
         # The same decoding as sift serve: a malformed body never reaches the queue.
         decode_body(body, request_format(request.headers.get("content-type")), _SCHEMAS[endpoint])
         state.registry.record(name)
-        work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), body)
+        work = WorkRequest(request.scope["path"], _forwarded(request, request_id_of(request)), body)
         stamps: list[tuple[str, float]] | None = [] if gateway.stamps else None
         reply = await gateway.call(name, work, stamps)
     except SiftError as error:
@@ -367,7 +375,7 @@ async def embeddings(request: Request) -> Response:
         body = await parse_embeddings(raw, request.headers.get("content-type"))
         model = body.model
         state.registry.record(model)
-        work = WorkRequest(request.url.path, _forwarded(request, request_id_of(request)), raw)
+        work = WorkRequest(request.scope["path"], _forwarded(request, request_id_of(request)), raw)
         reply = await gateway.call(model, work)
     except SiftError as error:
         state.metrics.count(model, "embeddings", error.status)
