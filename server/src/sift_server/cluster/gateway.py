@@ -284,7 +284,9 @@ class Gateway:
             if not waiting.acked and not waiting.future.done():
                 waiting.ack_timer = loop.call_later(self.options.publish_timeout_s, self._ack_overdue, request_id)
             try:
-                reply = await asyncio.wait_for(waiting.future, timeout)
+                # asyncio.timeout, not wait_for: the reply wakes this task in one turn of the loop, not two.
+                async with asyncio.timeout(timeout):
+                    reply = await waiting.future
             except TimeoutError:
                 raise QueueTimeout(
                     f"Model '{model}': no worker answered within {timeout:g} s; retry shortly."
