@@ -4,6 +4,7 @@
 Run from the repository root, each under the shared benchmark lock:
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency --interleave
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py nats-floor
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -301,6 +303,138 @@ def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
     }
     print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=1), flush=True)
     return result
+
+
+FLOOR_STREAM = "FLOOR"
+
+
+async def floor_responder(url: str, kind: str) -> None:
+    """The far side of ``nats-floor`` (its own process, on CPU 0): answer each
+    request with a core NATS publish, as a worker replies, and nothing else."""
+    import nats
+
+    nc = await nats.connect(url)
+    if kind == "core":
+
+        async def answer(msg: Any) -> None:
+            await nc.publish(msg.reply, msg.data)
+
+        await nc.subscribe("floor.core", cb=answer)
+    else:
+        inbox = nc.new_inbox()
+        pull = f"$JS.API.CONSUMER.MSG.NEXT.{FLOOR_STREAM}.floor"
+        request = json.dumps({"batch": 1, "expires": int(5e9)}).encode()
+
+        async def delivered(msg: Any) -> None:
+            if msg.headers and msg.headers.get("Status") and not msg.data:
+                await nc.publish(pull, request, reply=inbox)  # expired: ask again
+                return
+            await nc.publish(msg.headers["Floor-Reply"], msg.data)
+            await msg.ack()
+            await nc.publish(pull, request, reply=inbox)
+
+        await nc.subscribe(inbox, cb=delivered)
+        for _ in range(4):
+            await nc.publish(pull, request, reply=inbox)
+    print("ready", flush=True)
+    await asyncio.sleep(3600)
+
+
+async def floor_requests(url: str, kind: str, n: int, gap: float) -> list[float]:
+    """``n`` lone round trips (ms), ``gap`` seconds apart: a core request/reply, or a
+    JetStream publish (awaiting its ack, as the gateway did) whose reply comes from
+    the pulling responder."""
+    import nats
+
+    nc = await nats.connect(url)
+    out = []
+    if kind == "core":
+        for _ in range(n):
+            await asyncio.sleep(gap)
+            t = time.perf_counter()
+            await nc.request("floor.core", b"x" * 200, timeout=5)
+            out.append((time.perf_counter() - t) * 1000)
+    else:
+        js = nc.jetstream()
+        waiting: list[asyncio.Future[float]] = []
+
+        async def replied(msg: Any) -> None:
+            waiting[-1].set_result(time.perf_counter())
+
+        await nc.subscribe("floor.reply", cb=replied)
+        for i in range(n):
+            await asyncio.sleep(gap)
+            waiting.append(asyncio.get_running_loop().create_future())
+            t = time.perf_counter()
+            await js.publish("floor.js", b"x" * 200, headers={"Floor-Reply": "floor.reply", "Nats-Msg-Id": f"{t}-{i}"})
+            out.append((await waiting[-1] - t) * 1000)
+    await nc.close()
+    return out
+
+
+def cmd_nats_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """The NATS part of the hop alone, with the gateway's and worker's client
+    (nats-py) and pinning: a requester on CPU 1 (this process), a responder on
+    CPU 0, nats-server unpinned. What no change inside Sift can go below."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+
+    folder = Path(tempfile.mkdtemp(prefix="sift-nats-floor-"))
+    nats_proc, url = start_nats(folder)
+    result: dict[str, Any] = {}
+    try:
+        for kind in ("core", "memory", "file"):
+            if kind != "core":
+
+                async def make_stream(storage: str = kind) -> None:
+                    nc = await nats.connect(url)
+                    js = nc.jetstream()
+                    with contextlib.suppress(Exception):
+                        await js.delete_stream(FLOOR_STREAM)
+                    await js.add_stream(
+                        StreamConfig(
+                            name=FLOOR_STREAM,
+                            subjects=["floor.js"],
+                            retention=RetentionPolicy.WORK_QUEUE,
+                            storage=StorageType.MEMORY if storage == "memory" else StorageType.FILE,
+                            duplicate_window=120.0,
+                        )
+                    )
+                    await js.add_consumer(
+                        FLOOR_STREAM,
+                        ConsumerConfig(durable_name="floor", ack_policy=AckPolicy.EXPLICIT, max_waiting=512),
+                    )
+                    await nc.close()
+
+                asyncio.run(make_stream())
+            command = [sys.executable, __file__, "floor-responder", "--nats-url", url, "--floor-kind", kind]
+            responder = spawn("responder", pinned("0", command), folder / f"responder-{kind}.log")
+            try:
+                while "ready" not in responder.log():
+                    if not responder.alive():
+                        raise RuntimeError(responder.log())
+                    time.sleep(0.05)
+                os.sched_setaffinity(0, {1})
+                rtt = _uvloop_run(floor_requests(url, kind, args.n + 20, args.gap_ms / 1000))[20:]
+                os.sched_setaffinity(0, {0, 1})
+            finally:
+                responder.stop(timeout=5)
+            name = "core_request_reply" if kind == "core" else f"jetstream_{kind}_publish_ack_pull_reply"
+            result[name] = {"p50_ms": round(statistics.median(rtt), 3), "p90_ms": round(pct(rtt, 0.9), 3)}
+            print(name, result[name], flush=True)
+    finally:
+        nats_proc.stop(timeout=10)
+    return result
+
+
+def _uvloop_run(coro: Any) -> Any:
+    """Under uvloop, as the gateway (uvicorn) and the worker run."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
 
 
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
@@ -779,7 +913,12 @@ def cmd_overload(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("latency", "bursts", "kill", "scale", "scale-model", "overload"))
+    p.add_argument(
+        "what",
+        choices=("latency", "bursts", "kill", "scale", "scale-model", "overload", "nats-floor", "floor-responder"),
+    )
+    p.add_argument("--nats-url", help="floor-responder (internal): the NATS server")
+    p.add_argument("--floor-kind", default="core", help="floor-responder (internal): core, memory or file")
     p.add_argument("--n", type=int, default=200, help="sequential requests / bursts of each size")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--sleep-ms", type=float, default=50.0)
@@ -794,7 +933,7 @@ def main() -> None:
         help="latency: direct and gateway against one worker process (also a sift serve), request by request",
     )
     p.add_argument("--sleeper", action="store_true", help="latency --interleave: the sleeping test model (--sleep-ms)")
-    p.add_argument("--gap-ms", type=float, default=50.0, help="latency --interleave: pause before each request")
+    p.add_argument("--gap-ms", type=float, default=50.0, help="latency --interleave, nats-floor: idle gap (ms)")
     p.add_argument("--seed", type=int, default=0, help="latency --interleave: order of each pair")
     p.add_argument(
         "--no-stamps", dest="stamps", action="store_false", help="latency --interleave: no X-Sift-Stamps (stages)"
@@ -806,6 +945,9 @@ def main() -> None:
     p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
     p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
     args = p.parse_args()
+    if args.what == "floor-responder":
+        _uvloop_run(floor_responder(args.nats_url, "core" if args.floor_kind == "core" else "js"))
+        return
     result = globals()[f"cmd_{args.what.replace('-', '_')}"](args)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
