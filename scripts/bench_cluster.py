@@ -217,14 +217,12 @@ def stage_figures(stamped: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-async def interleaved(
-    direct_url: str, gateway_url: str, model: str, n: int, gap: float, seed: int
-) -> list[dict[str, Any]]:
-    """``n`` pairs of lone requests, one direct and one through the gateway, in a
-    random order within each pair, ``gap`` seconds between any two requests: the
-    same text for both requests of a pair; one kept-alive connection to each."""
+async def interleaved(urls: dict[str, str], model: str, n: int, gap: float, seed: int) -> list[dict[str, Any]]:
+    """``n`` rounds of lone requests, one to each of ``urls`` (direct, gateway, ...)
+    in a random order within each round, ``gap`` seconds between any two requests:
+    the same text for all requests of a round; one kept-alive connection to each."""
     rng = random.Random(seed)
-    connections = {"direct": RawConnection(direct_url), "gateway": RawConnection(gateway_url)}
+    connections = {kind: RawConnection(url) for kind, url in urls.items()}
     await asyncio.gather(*(c.connect() for c in connections.values()))
     path = f"/v1/encode/{model}"
     headers = {"Accept": "application/msgpack", "Content-Type": "application/json"}
@@ -232,7 +230,7 @@ async def interleaved(
     try:
         for i in range(n):
             body = json.dumps({"items": [{"text": f"a lone request {i}"}]}).encode()
-            for kind in rng.sample(["direct", "gateway"], 2):
+            for kind in rng.sample(list(connections), len(connections)):
                 await asyncio.sleep(gap)
                 sent = time.perf_counter()
                 r = await connections[kind].post(path, body, headers)
@@ -245,9 +243,32 @@ async def interleaved(
     return rows
 
 
+def paired_figures(rows: list[dict[str, Any]], base: str, other: str) -> dict[str, Any]:
+    """``other`` against ``base``, round by round: p50 each, the difference of the
+    p50s and the median paired difference (ms), each with its bootstrap interval."""
+    by_round: dict[int, dict[str, float]] = {}
+    for row in rows:
+        by_round.setdefault(row["pair"], {})[row["kind"]] = row["ms"]
+    pairs = [(r[base], r[other]) for r in by_round.values() if base in r and other in r]
+    low, high = bootstrap_interval(pairs, p50_difference)
+    paired_low, paired_high = bootstrap_interval(pairs, median_paired_difference)
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    return {
+        "pairs": len(pairs),
+        base: {"p50_ms": round(statistics.median(a), 3), "p90_ms": round(pct(a, 0.9), 3)},
+        other: {"p50_ms": round(statistics.median(b), 3), "p90_ms": round(pct(b, 0.9), 3)},
+        "added_p50_ms": round(p50_difference(pairs), 3),
+        "added_p50_ci95_ms": [round(low, 3), round(high, 3)],
+        "median_paired_difference_ms": round(median_paired_difference(pairs), 3),
+        "median_paired_difference_ci95_ms": [round(paired_low, 3), round(paired_high, 3)],
+    }
+
+
 def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
     """Direct and gateway against one process (a worker that is also a sift serve,
-    on CPU 0), request by request; the gateway on CPU 1 with this client."""
+    on CPU 0), request by request; the gateway on CPU 1 with this client. With
+    ``--compare-src``, a second gateway ("gateway-b") run from another revision's
+    server/src joins the rotation, against the same worker."""
     folder = Path(tempfile.mkdtemp(prefix="sift-lat-interleaved-"))
     setup = Setup(folder)
     if args.stamps:
@@ -260,48 +281,48 @@ def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
         gateway_args += ["--catalog", str(catalog), "--model", "test/sleeper"]
     try:
         setup.cluster(0, [], gateway_args, None, "1")
-        direct_url = setup.add_dual("w0", [*worker_args, *args.worker_arg], "0")
-        wait_ready(direct_url, setup.procs[-1], model)
-        wait_ready(setup.url, setup.procs[1], model)
+        urls = {"direct": setup.add_dual("w0", [*worker_args, *args.worker_arg], "0"), "gateway": setup.url}
+        if args.compare_src:
+            port = free_port()
+            env = {**os.environ, "PYTHONPATH": f"{args.compare_src.resolve()}:{Path.cwd()}"}
+            command = [*LAUNCHER, "gateway", "--nats-url", setup.nats_url, "--port", str(port), *gateway_args]
+            setup.procs.append(spawn("gateway-b", pinned("1", command), folder / "gateway-b.log", env=env))
+            urls["gateway-b"] = f"http://127.0.0.1:{port}"
+        wait_ready(urls["direct"], setup.procs[2], model)
+        for kind in ("gateway", "gateway-b"):
+            if kind in urls:
+                wait_ready(urls[kind], setup.procs[1 if kind == "gateway" else -1], model)
         os.sched_setaffinity(0, {1})
-        asyncio.run(interleaved(direct_url, setup.url, model, 20, args.gap_ms / 1000, args.seed + 1))  # warm-up
-        rows = asyncio.run(interleaved(direct_url, setup.url, model, args.n, args.gap_ms / 1000, args.seed))
+        asyncio.run(interleaved(urls, model, 20, args.gap_ms / 1000, args.seed + 1))  # warm-up
+        rows = asyncio.run(interleaved(urls, model, args.n, args.gap_ms / 1000, args.seed))
         os.sched_setaffinity(0, {0, 1})
     finally:
         os.environ.pop(STAMPS_ENV, None)
         setup.stop()
-    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        by_pair.setdefault(row["pair"], {})[row["kind"]] = row
-    pairs = [(p["direct"]["ms"], p["gateway"]["ms"]) for p in by_pair.values()]
-    direct = [d for d, _ in pairs]
-    gateway = [g for _, g in pairs]
-    low, high = bootstrap_interval(pairs, p50_difference)
-    paired_low, paired_high = bootstrap_interval(pairs, median_paired_difference)
-    route = [r["x-total-time"] for r in rows if r["kind"] == "direct" and "x-total-time" in r]
-    stamped = [r["stamps"] for r in rows if r["kind"] == "gateway"]
-    worker_route = [r["x-total-time"] for r in rows if r["kind"] == "gateway" and "x-total-time" in r]
+
+    def route(kind: str) -> float | None:
+        times = [r["x-total-time"] for r in rows if r["kind"] == kind and "x-total-time" in r]
+        return round(statistics.median(times), 3) if times else None
+
     result: dict[str, Any] = {
         "model": model,
-        "pairs": len(pairs),
-        "direct": {"p50_ms": round(statistics.median(direct), 3), "p90_ms": round(pct(direct, 0.9), 3)},
-        "gateway": {"p50_ms": round(statistics.median(gateway), 3), "p90_ms": round(pct(gateway, 0.9), 3)},
-        "added_p50_ms": round(p50_difference(pairs), 3),
-        "added_p50_ci95_ms": [round(low, 3), round(high, 3)],
-        "median_paired_difference_ms": round(median_paired_difference(pairs), 3),
-        "median_paired_difference_ci95_ms": [round(paired_low, 3), round(paired_high, 3)],
+        **paired_figures(rows, "direct", "gateway"),
         # The same route and forward on both paths: does the worker's copy run as fast?
-        "route_p50_ms": {
-            "direct": round(statistics.median(route), 3) if route else None,
-            "through_gateway": round(statistics.median(worker_route), 3) if worker_route else None,
-        },
+        "route_p50_ms": {"direct": route("direct"), "through_gateway": route("gateway")},
         "direct_client_minus_route_p50_ms": round(
             statistics.median(r["ms"] - r["x-total-time"] for r in rows if r["kind"] == "direct"), 3
         ),
-        "gateway_stages_p50_ms": stage_figures(stamped) if args.stamps else {},
-        "raw": rows if args.raw else None,
+        "gateway_stages_p50_ms": stage_figures([r["stamps"] for r in rows if r["kind"] == "gateway"]),
     }
-    print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=1), flush=True)
+    if "gateway-b" in urls:
+        result["compare"] = {
+            "src": str(args.compare_src),
+            "gateway_b_vs_direct": paired_figures(rows, "direct", "gateway-b"),
+            "gateway_vs_gateway_b": paired_figures(rows, "gateway-b", "gateway"),
+            "gateway_b_stages_p50_ms": stage_figures([r["stamps"] for r in rows if r["kind"] == "gateway-b"]),
+        }
+    print(json.dumps(result, indent=1), flush=True)
+    result["raw"] = rows if args.raw else None
     return result
 
 
@@ -939,6 +960,11 @@ def main() -> None:
         "--no-stamps", dest="stamps", action="store_false", help="latency --interleave: no X-Sift-Stamps (stages)"
     )
     p.add_argument("--raw", action="store_true", help="latency --interleave: every request in --out")
+    p.add_argument(
+        "--compare-src",
+        type=Path,
+        help="latency --interleave: also a gateway run from this server/src (another revision), interleaved",
+    )
     p.add_argument("--gateway-arg", action="append", default=[], help="extra sift gateway flag (repeatable)")
     p.add_argument("--client", default="raw", choices=("raw", "httpx"), help="bursts: the load generator")
     p.add_argument("--workload", default="sentences", choices=("short", "sentences", "mixed"), help="scale-model texts")
