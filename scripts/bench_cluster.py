@@ -3,6 +3,8 @@
 
 Run from the repository root, each under the shared benchmark lock:
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py latency --interleave
+  flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py nats-floor
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py bursts
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py kill
   flock /tmp/sift-bench.lock .venv/bin/python scripts/bench_cluster.py scale
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
+import random
 import signal
 import statistics
 import sys
@@ -32,12 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from raw_http import RawConnection, RawResponse  # scripts/, beside this file
 
+from sift_server.cluster.hops import STAGES, STAMPS, STAMPS_ENV, parse_stamps
 from sift_server.processes import SiftProcess, free_port, spawn, start_nats, wait_port
 from tests.cluster.conftest import live_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
+DUAL = [sys.executable, "-m", "tests.cluster.dual"]  # a worker that is also a sift serve
 os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())})
 
 
@@ -108,6 +114,14 @@ class Setup:
         self.procs.append(proc)
         return proc
 
+    def add_dual(self, name: str, args: list[str], cpus: str | None) -> str:
+        """A worker that also serves sift serve's HTTP API from the same models
+        (tests/cluster/dual.py); its direct URL."""
+        port = free_port()
+        command = [*DUAL, "--nats-url", self.nats_url, "--worker-id", name, "--port", str(port), *args]
+        self.procs.append(spawn(name, pinned(cpus, command), self.folder / f"{name}.log"))
+        return f"http://127.0.0.1:{port}"
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop(timeout=30)
@@ -161,7 +175,292 @@ async def sequential(url: str, model: str, n: int, hops: list[dict[str, float]] 
     return out
 
 
+def bootstrap_interval(
+    pairs: list[tuple[float, float]], statistic: Any, draws: int = 2000, seed: int = 1
+) -> tuple[float, float]:
+    """95 % percentile bootstrap interval of ``statistic(pairs)``, resampling pairs."""
+    rng = random.Random(seed)
+    values = sorted(statistic(rng.choices(pairs, k=len(pairs))) for _ in range(draws))
+    return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
+
+
+def p50_difference(pairs: list[tuple[float, float]]) -> float:
+    """p50 through the gateway minus p50 direct."""
+    return statistics.median(g for _, g in pairs) - statistics.median(d for d, _ in pairs)
+
+
+def median_paired_difference(pairs: list[tuple[float, float]]) -> float:
+    return statistics.median(g - d for d, g in pairs)
+
+
+# The gateway path's stages (from the X-Sift-Stamps of each answer), as (name, from, to).
+HOP_STAGES = [
+    ("client -> gateway route", "c_send", "g_start"),
+    *((f"{a} -> {b}", a, b) for a, b in itertools.pairwise(s for s in STAGES if s not in ("g_published", "g_acked"))),
+    ("gateway answer -> client", "g_answer", "c_recv"),
+]
+# Off the critical path or overlapping it: reported, not summed.
+SIDE_STAGES = [
+    ("publish call (g_publish -> g_published)", "g_publish", "g_published"),
+    ("publish ack (g_publish -> g_acked)", "g_publish", "g_acked"),
+]
+
+
+def stage_figures(stamped: list[dict[str, float]]) -> dict[str, Any]:
+    """Median of each stage (ms) over the answers that carried both its stamps."""
+    out: dict[str, Any] = {}
+    for name, a, b in [*HOP_STAGES, *SIDE_STAGES]:
+        values = [(r[b] - r[a]) * 1000 for r in stamped if a in r and b in r]
+        if values:
+            out[name] = round(statistics.median(values), 3)
+    out["sum of the critical stages' medians"] = round(sum(out.get(n, 0.0) for n, _, _ in HOP_STAGES), 3)
+    return out
+
+
+async def interleaved(urls: dict[str, str], model: str, n: int, gap: float, seed: int) -> list[dict[str, Any]]:
+    """``n`` rounds of lone requests, one to each of ``urls`` (direct, gateway, ...)
+    in a random order within each round, ``gap`` seconds between any two requests:
+    the same text for all requests of a round; one kept-alive connection to each."""
+    rng = random.Random(seed)
+    connections = {kind: RawConnection(url) for kind, url in urls.items()}
+    await asyncio.gather(*(c.connect() for c in connections.values()))
+    path = f"/v1/encode/{model}"
+    headers = {"Accept": "application/msgpack", "Content-Type": "application/json"}
+    rows: list[dict[str, Any]] = []
+    try:
+        for i in range(n):
+            body = json.dumps({"items": [{"text": f"a lone request {i}"}]}).encode()
+            for kind in rng.sample(list(connections), len(connections)):
+                await asyncio.sleep(gap)
+                sent = time.perf_counter()
+                r = await connections[kind].post(path, body, headers)
+                received = time.perf_counter()
+                assert r.status_code == 200, (r.status_code, r.content[:200])
+                stamps = {"c_send": sent, "c_recv": received, **parse_stamps(r.headers.get(STAMPS.lower()))}
+                rows.append({"pair": i, "kind": kind, "ms": (received - sent) * 1000, "stamps": stamps, **hops_of(r)})
+    finally:
+        await asyncio.gather(*(c.close() for c in connections.values()))
+    return rows
+
+
+def paired_figures(rows: list[dict[str, Any]], base: str, other: str) -> dict[str, Any]:
+    """``other`` against ``base``, round by round: p50 each, the difference of the
+    p50s and the median paired difference (ms), each with its bootstrap interval."""
+    by_round: dict[int, dict[str, float]] = {}
+    for row in rows:
+        by_round.setdefault(row["pair"], {})[row["kind"]] = row["ms"]
+    pairs = [(r[base], r[other]) for r in by_round.values() if base in r and other in r]
+    low, high = bootstrap_interval(pairs, p50_difference)
+    paired_low, paired_high = bootstrap_interval(pairs, median_paired_difference)
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    return {
+        "pairs": len(pairs),
+        base: {"p50_ms": round(statistics.median(a), 3), "p90_ms": round(pct(a, 0.9), 3)},
+        other: {"p50_ms": round(statistics.median(b), 3), "p90_ms": round(pct(b, 0.9), 3)},
+        "added_p50_ms": round(p50_difference(pairs), 3),
+        "added_p50_ci95_ms": [round(low, 3), round(high, 3)],
+        "median_paired_difference_ms": round(median_paired_difference(pairs), 3),
+        "median_paired_difference_ci95_ms": [round(paired_low, 3), round(paired_high, 3)],
+    }
+
+
+def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
+    """Direct and gateway against one process (a worker that is also a sift serve,
+    on CPU 0), request by request; the gateway on CPU 1 with this client. With
+    ``--compare-src``, a second gateway ("gateway-b") run from another revision's
+    server/src joins the rotation, against the same worker."""
+    folder = Path(tempfile.mkdtemp(prefix="sift-lat-interleaved-"))
+    setup = Setup(folder)
+    if args.stamps:
+        os.environ[STAMPS_ENV] = "1"
+    model, worker_args = DEFAULT_MODEL, ["--torch-threads", "1"]
+    gateway_args = ["--stream-storage", args.storage, *args.gateway_arg]
+    if args.sleeper:
+        catalog = sleeper_catalog(folder, args.sleep_ms)
+        model, worker_args = "test/sleeper", ["--catalog", str(catalog), "--model", "test/sleeper", "--no-calibrate"]
+        gateway_args += ["--catalog", str(catalog), "--model", "test/sleeper"]
+    try:
+        setup.cluster(0, [], gateway_args, None, "1")
+        urls = {"direct": setup.add_dual("w0", [*worker_args, *args.worker_arg], "0"), "gateway": setup.url}
+        if args.compare_src:
+            port = free_port()
+            env = {**os.environ, "PYTHONPATH": f"{args.compare_src.resolve()}:{Path.cwd()}"}
+            command = [*LAUNCHER, "gateway", "--nats-url", setup.nats_url, "--port", str(port), *gateway_args]
+            setup.procs.append(spawn("gateway-b", pinned("1", command), folder / "gateway-b.log", env=env))
+            urls["gateway-b"] = f"http://127.0.0.1:{port}"
+        wait_ready(urls["direct"], setup.procs[2], model)
+        for kind in ("gateway", "gateway-b"):
+            if kind in urls:
+                wait_ready(urls[kind], setup.procs[1 if kind == "gateway" else -1], model)
+        os.sched_setaffinity(0, {1})
+        asyncio.run(interleaved(urls, model, 20, args.gap_ms / 1000, args.seed + 1))  # warm-up
+        rows = asyncio.run(interleaved(urls, model, args.n, args.gap_ms / 1000, args.seed))
+        os.sched_setaffinity(0, {0, 1})
+    finally:
+        os.environ.pop(STAMPS_ENV, None)
+        setup.stop()
+
+    def route(kind: str) -> float | None:
+        times = [r["x-total-time"] for r in rows if r["kind"] == kind and "x-total-time" in r]
+        return round(statistics.median(times), 3) if times else None
+
+    result: dict[str, Any] = {
+        "model": model,
+        **paired_figures(rows, "direct", "gateway"),
+        # The same route and forward on both paths: does the worker's copy run as fast?
+        "route_p50_ms": {"direct": route("direct"), "through_gateway": route("gateway")},
+        "direct_client_minus_route_p50_ms": round(
+            statistics.median(r["ms"] - r["x-total-time"] for r in rows if r["kind"] == "direct"), 3
+        ),
+        "gateway_stages_p50_ms": stage_figures([r["stamps"] for r in rows if r["kind"] == "gateway"]),
+    }
+    if "gateway-b" in urls:
+        result["compare"] = {
+            "src": str(args.compare_src),
+            "gateway_b_vs_direct": paired_figures(rows, "direct", "gateway-b"),
+            "gateway_vs_gateway_b": paired_figures(rows, "gateway-b", "gateway"),
+            "gateway_b_stages_p50_ms": stage_figures([r["stamps"] for r in rows if r["kind"] == "gateway-b"]),
+        }
+    print(json.dumps(result, indent=1), flush=True)
+    result["raw"] = rows if args.raw else None
+    return result
+
+
+FLOOR_STREAM = "FLOOR"
+
+
+async def floor_responder(url: str, kind: str) -> None:
+    """The far side of ``nats-floor`` (its own process, on CPU 0): answer each
+    request with a core NATS publish, as a worker replies, and nothing else."""
+    import nats
+
+    nc = await nats.connect(url)
+    if kind == "core":
+
+        async def answer(msg: Any) -> None:
+            await nc.publish(msg.reply, msg.data)
+
+        await nc.subscribe("floor.core", cb=answer)
+    else:
+        inbox = nc.new_inbox()
+        pull = f"$JS.API.CONSUMER.MSG.NEXT.{FLOOR_STREAM}.floor"
+        request = json.dumps({"batch": 1, "expires": int(5e9)}).encode()
+
+        async def delivered(msg: Any) -> None:
+            if msg.headers and msg.headers.get("Status") and not msg.data:
+                await nc.publish(pull, request, reply=inbox)  # expired: ask again
+                return
+            await nc.publish(msg.headers["Floor-Reply"], msg.data)
+            await msg.ack()
+            await nc.publish(pull, request, reply=inbox)
+
+        await nc.subscribe(inbox, cb=delivered)
+        for _ in range(4):
+            await nc.publish(pull, request, reply=inbox)
+    print("ready", flush=True)
+    await asyncio.sleep(3600)
+
+
+async def floor_requests(url: str, kind: str, n: int, gap: float) -> list[float]:
+    """``n`` lone round trips (ms), ``gap`` seconds apart: a core request/reply, or a
+    JetStream publish (awaiting its ack, as the gateway did) whose reply comes from
+    the pulling responder."""
+    import nats
+
+    nc = await nats.connect(url)
+    out = []
+    if kind == "core":
+        for _ in range(n):
+            await asyncio.sleep(gap)
+            t = time.perf_counter()
+            await nc.request("floor.core", b"x" * 200, timeout=5)
+            out.append((time.perf_counter() - t) * 1000)
+    else:
+        js = nc.jetstream()
+        waiting: list[asyncio.Future[float]] = []
+
+        async def replied(msg: Any) -> None:
+            waiting[-1].set_result(time.perf_counter())
+
+        await nc.subscribe("floor.reply", cb=replied)
+        for i in range(n):
+            await asyncio.sleep(gap)
+            waiting.append(asyncio.get_running_loop().create_future())
+            t = time.perf_counter()
+            await js.publish("floor.js", b"x" * 200, headers={"Floor-Reply": "floor.reply", "Nats-Msg-Id": f"{t}-{i}"})
+            out.append((await waiting[-1] - t) * 1000)
+    await nc.close()
+    return out
+
+
+def cmd_nats_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """The NATS part of the hop alone, with the gateway's and worker's client
+    (nats-py) and pinning: a requester on CPU 1 (this process), a responder on
+    CPU 0, nats-server unpinned. What no change inside Sift can go below."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+
+    folder = Path(tempfile.mkdtemp(prefix="sift-nats-floor-"))
+    nats_proc, url = start_nats(folder)
+    result: dict[str, Any] = {}
+    try:
+        for kind in ("core", "memory", "file"):
+            if kind != "core":
+
+                async def make_stream(storage: str = kind) -> None:
+                    nc = await nats.connect(url)
+                    js = nc.jetstream()
+                    with contextlib.suppress(Exception):
+                        await js.delete_stream(FLOOR_STREAM)
+                    await js.add_stream(
+                        StreamConfig(
+                            name=FLOOR_STREAM,
+                            subjects=["floor.js"],
+                            retention=RetentionPolicy.WORK_QUEUE,
+                            storage=StorageType.MEMORY if storage == "memory" else StorageType.FILE,
+                            duplicate_window=120.0,
+                        )
+                    )
+                    await js.add_consumer(
+                        FLOOR_STREAM,
+                        ConsumerConfig(durable_name="floor", ack_policy=AckPolicy.EXPLICIT, max_waiting=512),
+                    )
+                    await nc.close()
+
+                asyncio.run(make_stream())
+            command = [sys.executable, __file__, "floor-responder", "--nats-url", url, "--floor-kind", kind]
+            responder = spawn("responder", pinned("0", command), folder / f"responder-{kind}.log")
+            try:
+                while "ready" not in responder.log():
+                    if not responder.alive():
+                        raise RuntimeError(responder.log())
+                    time.sleep(0.05)
+                os.sched_setaffinity(0, {1})
+                rtt = _uvloop_run(floor_requests(url, kind, args.n + 20, args.gap_ms / 1000))[20:]
+                os.sched_setaffinity(0, {0, 1})
+            finally:
+                responder.stop(timeout=5)
+            name = "core_request_reply" if kind == "core" else f"jetstream_{kind}_publish_ack_pull_reply"
+            result[name] = {"p50_ms": round(statistics.median(rtt), 3), "p90_ms": round(pct(rtt, 0.9), 3)}
+            print(name, result[name], flush=True)
+    finally:
+        nats_proc.stop(timeout=10)
+    return result
+
+
+def _uvloop_run(coro: Any) -> Any:
+    """Under uvloop, as the gateway (uvicorn) and the worker run."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
+    if args.interleave:
+        return latency_interleaved(args)
     result: dict[str, Any] = {}
     base = ["--torch-threads", "1"]
     # direct, gateway, direct, gateway, ..., direct: each gateway run between two direct ones.
@@ -635,7 +934,12 @@ def cmd_overload(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("latency", "bursts", "kill", "scale", "scale-model", "overload"))
+    p.add_argument(
+        "what",
+        choices=("latency", "bursts", "kill", "scale", "scale-model", "overload", "nats-floor", "floor-responder"),
+    )
+    p.add_argument("--nats-url", help="floor-responder (internal): the NATS server")
+    p.add_argument("--floor-kind", default="core", help="floor-responder (internal): core, memory or file")
     p.add_argument("--n", type=int, default=200, help="sequential requests / bursts of each size")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--sleep-ms", type=float, default=50.0)
@@ -644,11 +948,32 @@ def main() -> None:
     p.add_argument("--storage", default="memory", choices=("file", "memory"))
     p.add_argument("--out", type=Path)
     p.add_argument("--rounds", type=int, default=1, help="latency: gateway runs, each between two direct runs")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="latency: direct and gateway against one worker process (also a sift serve), request by request",
+    )
+    p.add_argument("--sleeper", action="store_true", help="latency --interleave: the sleeping test model (--sleep-ms)")
+    p.add_argument("--gap-ms", type=float, default=50.0, help="latency --interleave, nats-floor: idle gap (ms)")
+    p.add_argument("--seed", type=int, default=0, help="latency --interleave: order of each pair")
+    p.add_argument(
+        "--no-stamps", dest="stamps", action="store_false", help="latency --interleave: no X-Sift-Stamps (stages)"
+    )
+    p.add_argument("--raw", action="store_true", help="latency --interleave: every request in --out")
+    p.add_argument(
+        "--compare-src",
+        type=Path,
+        help="latency --interleave: also a gateway run from this server/src (another revision), interleaved",
+    )
+    p.add_argument("--gateway-arg", action="append", default=[], help="extra sift gateway flag (repeatable)")
     p.add_argument("--client", default="raw", choices=("raw", "httpx"), help="bursts: the load generator")
     p.add_argument("--workload", default="sentences", choices=("short", "sentences", "mixed"), help="scale-model texts")
     p.add_argument("--worker-arg", action="append", default=[], help="extra sift worker flag (repeatable)")
     p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
     args = p.parse_args()
+    if args.what == "floor-responder":
+        _uvloop_run(floor_responder(args.nats_url, "core" if args.floor_kind == "core" else "js"))
+        return
     result = globals()[f"cmd_{args.what.replace('-', '_')}"](args)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))

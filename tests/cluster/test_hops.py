@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from sift_server.cluster.hops import GATEWAY_TIME, QUEUE_TIME, WORKER_TIME, gateway_header, stamp, worker_headers
+import pytest
+
+from sift_server.cluster.hops import (
+    GATEWAY_TIME,
+    QUEUE_TIME,
+    STAMPS_ENV,
+    WORKER_TIME,
+    format_stamps,
+    gateway_header,
+    parse_stamps,
+    stamp,
+    stamps_enabled,
+    worker_headers,
+)
 
 
 def test_worker_reports_queue_and_worker_time_in_ms() -> None:
@@ -17,3 +30,28 @@ def test_no_queue_time_without_a_readable_stamp() -> None:
 
 def test_gateway_time() -> None:
     assert gateway_header(2.0, 2.001) == (GATEWAY_TIME, "1.00")
+
+
+def test_stamps_round_trip_and_join() -> None:
+    worker = format_stamps([("w_receive", 10.0000014), ("w_reply", 10.25)])
+    gateway = format_stamps([("g_start", 9.5), ("g_answer", 10.5)])
+    assert parse_stamps(f"{worker};{gateway}") == {
+        "w_receive": 10.000001,
+        "w_reply": 10.25,
+        "g_start": 9.5,
+        "g_answer": 10.5,
+    }
+
+
+def test_unreadable_stamps_are_skipped() -> None:
+    assert parse_stamps(None) == {}
+    assert parse_stamps("a=1;b=soon;;c") == {"a": 1.0}
+
+
+def test_stamps_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STAMPS_ENV, raising=False)
+    assert not stamps_enabled()
+    monkeypatch.setenv(STAMPS_ENV, "0")
+    assert not stamps_enabled()
+    monkeypatch.setenv(STAMPS_ENV, "1")
+    assert stamps_enabled()

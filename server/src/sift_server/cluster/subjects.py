@@ -9,6 +9,7 @@ from dataclasses import dataclass
 STREAM = "SIFT_WORK"
 WORK_PREFIX = "sift.work"
 REPLY_PREFIX = "_SIFT.reply"
+ACK_PREFIX = "_SIFT.ack"  # the stream's publish acks, per gateway and request
 HEARTBEAT_BUCKET = "sift_workers"
 
 # Message headers set by the gateway.
@@ -38,6 +39,11 @@ def durable_name(model: str) -> str:
 
 def reply_subject(gateway_id: str, request_id: str) -> str:
     return f"{REPLY_PREFIX}.{gateway_id}.{request_id}"
+
+
+def ack_subject(gateway_id: str, request_id: str) -> str:
+    """Where the stream acknowledges (or refuses) the publish of a request."""
+    return f"{ACK_PREFIX}.{gateway_id}.{request_id}"
 
 
 def heartbeat_key(model: str, worker_id: str) -> str:

@@ -45,7 +45,7 @@ from sift_server.api.native import serve_native
 from sift_server.api.state import ServerState
 from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
 from sift_server.cluster.heartbeat import worker_view
-from sift_server.cluster.hops import PUBLISHED_HEADER, worker_headers
+from sift_server.cluster.hops import PUBLISHED_HEADER, STAMPS, format_stamps, stamps_enabled, worker_headers
 from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartbeat_bucket
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
@@ -250,11 +250,11 @@ class ModelPuller:
         self._ids += 1
         key = self._ids
         self.inflight[key] = msg
-        task = asyncio.ensure_future(self._handle(key, msg, ticket, delivered))
+        task = asyncio.ensure_future(self._handle(key, msg, ticket, delivered, arrived))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _handle(self, key: int, msg: Msg, ticket: IngressTicket | None, delivered: float) -> None:
+    async def _handle(self, key: int, msg: Msg, ticket: IngressTicket | None, delivered: float, arrived: float) -> None:
         try:
             headers = msg.headers or {}
             deadline = float(headers.get(DEADLINE_HEADER, "inf"))
@@ -265,9 +265,11 @@ class ModelPuller:
                 await msg.term()
                 return
             work = unpack_request(msg.data)
+            app_start = time.perf_counter()
             reply = await call_app(
                 self.owner.app, work.path, work.headers, work.body, ingress=ticket, deadline=deadline
             )
+            app_end = time.perf_counter()
             if ticket is not None:
                 ticket.end()  # refused before admission (bad input...): no longer incoming
             if reply.status == 499:
@@ -278,6 +280,9 @@ class ModelPuller:
                 return
             reply.headers.append((WORKER_HEADER, self.owner.worker_id))
             reply.headers.extend(worker_headers(headers.get(PUBLISHED_HEADER), delivered, time.time()))
+            if self.owner.stamps:
+                stamps = [("w_receive", arrived), ("w_app", app_start), ("w_app_end", app_end)]
+                reply.headers.append((STAMPS, format_stamps([*stamps, ("w_reply", time.perf_counter())])))
             reply_to = headers.get(REPLY_HEADER)
             if reply_to and self.owner.nc is not None:
                 await self.owner.nc.publish(reply_to, pack_reply(reply))
@@ -322,6 +327,7 @@ class StreamWorker:
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None
         self.pullers: list[ModelPuller] = []
+        self.stamps = stamps_enabled()
         self._stop = asyncio.Event()
 
     async def run(self) -> None:

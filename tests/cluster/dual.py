@@ -1,0 +1,72 @@
+"""``python -m tests.cluster.dual <sift worker args> --port P``: one process that is
+both a ``sift worker`` and a ``sift serve`` on port P, sharing one registry, one
+model and one batching engine (benchmarks only).
+
+``scripts/bench_cluster.py latency --interleave`` sends each lone request either
+to this process's HTTP port (direct) or through the gateway (which publishes it
+to this same process's work queue), alternating request by request, so the two
+paths are measured against the same loaded model, the same engine and the same
+moment of the machine's load: their difference is the hop and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import sys
+from collections.abc import Sequence
+
+from tests.cluster.sleeper import register
+
+
+async def run(argv: Sequence[str]) -> int:
+    from sift_server.api.app import create_app
+    from sift_server.cli import build_parser, settings_from_args
+    from sift_server.cluster.cli import _CLUSTER_KEYS, _nats_url
+    from sift_server.cluster.worker import StreamWorker, WorkerOptions
+    from sift_server.server import DrainingServer, uvicorn_config
+
+    args = build_parser().parse_args(["worker", *argv])
+    settings = settings_from_args(args, skip=_CLUSTER_KEYS)
+    if settings is None:
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = WorkerOptions(
+        nats_url=_nats_url(args),
+        max_inflight=args.max_inflight,
+        ack_wait_s=args.ack_wait_s,
+        progress_interval_s=args.progress_interval_s,
+        worker_id=args.worker_id or "",
+    )
+    models = list(dict.fromkeys([settings.default_model, *settings.preload]))
+    worker = StreamWorker(settings, options, models)
+    running = asyncio.ensure_future(worker.run())
+    while not worker.pullers and not running.done():
+        await asyncio.sleep(0.05)  # models loaded, consumers joined
+    if running.done():
+        return int(bool(running.exception()))
+    # sift serve's own app and server on the same state (its lifespan finds the models loaded).
+    server = DrainingServer(uvicorn_config(create_app(worker.state), settings), worker.state)
+    serving = asyncio.ensure_future(server.serve())
+    # SIGTERM reaches whichever of the two installed its handler last: stop the other too.
+    await asyncio.wait([serving, running], return_when=asyncio.FIRST_COMPLETED)
+    server.should_exit = True
+    worker.stop()
+    await asyncio.gather(serving, running, return_exceptions=True)
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    register()
+    gc.set_threshold(50_000, 50, 1000)  # as sift serve and sift worker do
+    try:
+        import uvloop
+
+        return int(uvloop.run(run(argv)))
+    except ImportError:
+        return asyncio.run(run(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

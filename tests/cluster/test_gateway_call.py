@@ -1,0 +1,208 @@
+"""The gateway's publish and wait, against a fake NATS connection (no processes):
+the stream's ack is not awaited before the reply, and a refusal, a missing
+stream or a missing ack still fails the request with 503 QUEUE_FULL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from nats.aio.msg import Msg
+from prometheus_client import CollectorRegistry
+
+from sift_server.cluster.codec import WorkReply, WorkRequest, pack_reply, unpack_request
+from sift_server.cluster.gateway import Gateway, GatewayOptions
+from sift_server.cluster.subjects import (
+    ACK_PREFIX,
+    DEADLINE_HEADER,
+    MSG_ID_HEADER,
+    REPLY_HEADER,
+    model_token,
+    work_subject,
+)
+from sift_server.errors import QueueFull, QueueTimeout
+
+MODEL = "org/model"
+WORK = WorkRequest("/v1/encode/org/model", [("content-type", "application/json")], b'{"items": []}')
+REPLY = WorkReply(200, [("content-type", "application/json")], b"{}")
+STORED = json.dumps({"stream": "SIFT_WORK", "seq": 7}).encode()
+FULL = json.dumps({"error": {"code": 503, "err_code": 10077, "description": "maximum messages exceeded"}}).encode()
+
+
+class FakeNats:
+    """Records publishes; the test answers them by calling the gateway's callbacks."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, bytes, str, dict[str, str]]] = []
+        self.sent = asyncio.Event()
+
+    async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
+        self.published.append((subject, payload, reply, dict(headers or {})))
+        self.sent.set()
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+
+class _State:
+    def __init__(self) -> None:
+        self.metrics = _Metrics()
+
+
+def _gateway(**options: Any) -> tuple[Gateway, FakeNats]:
+    gateway = Gateway(GatewayOptions(**options), _State())  # type: ignore[arg-type]
+    nc = FakeNats()
+    gateway.nc = nc  # type: ignore[assignment]
+    gateway.js = object()  # type: ignore[assignment]
+    gateway.live = {model_token(MODEL)}
+    return gateway, nc
+
+
+def _msg(subject: str, data: bytes = b"", headers: dict[str, str] | None = None) -> Msg:
+    return Msg(_client=None, subject=subject, data=data, headers=headers)  # type: ignore[arg-type]
+
+
+async def _published(gateway: Gateway, nc: FakeNats) -> tuple[str, str, str]:
+    """Start nothing; wait for the call's publish: (its ack subject, reply subject, request id)."""
+    await asyncio.wait_for(nc.sent.wait(), 5)
+    subject, payload, ack, headers = nc.published[-1]
+    assert subject == work_subject(MODEL)
+    assert unpack_request(payload) == WORK
+    assert ack.startswith(f"{ACK_PREFIX}.{gateway.gateway_id}.")
+    assert headers[REPLY_HEADER].rsplit(".", 1)[1] == headers[MSG_ID_HEADER] == ack.rsplit(".", 1)[1]
+    assert float(headers[DEADLINE_HEADER]) > 0
+    return ack, headers[REPLY_HEADER], headers[MSG_ID_HEADER]
+
+
+def _refused(gateway: Gateway) -> float:
+    return gateway.refused._value.get()  # type: ignore[attr-defined,no-any-return]
+
+
+def _duplicates(gateway: Gateway) -> float:
+    return gateway.duplicates._value.get()  # type: ignore[attr-defined,no-any-return]
+
+
+def test_the_reply_is_not_held_behind_the_ack() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, reply_to, _ = await _published(gateway, nc)
+        # The reply overtakes the ack: the call answers at once.
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+        assert await asyncio.wait_for(call, 1) == REPLY
+        await gateway._on_ack(_msg(ack, STORED))  # late, harmless
+        assert not gateway.pending and _refused(gateway) == 0 and _duplicates(gateway) == 0
+
+    asyncio.run(run())
+
+
+def test_a_refused_publish_is_queue_full_while_waiting_for_the_reply() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, _, _ = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, FULL))
+        with pytest.raises(QueueFull, match="maximum messages exceeded") as raised:
+            await asyncio.wait_for(call, 1)
+        assert not isinstance(raised.value, QueueTimeout)
+        assert _refused(gateway) == 1 and not gateway.pending
+
+    asyncio.run(run())
+
+
+def test_no_stream_is_queue_full() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, _, _ = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, b"", {"Status": "503"}))
+        with pytest.raises(QueueFull, match="unavailable"):
+            await asyncio.wait_for(call, 1)
+        assert _refused(gateway) == 0
+
+    asyncio.run(run())
+
+
+def test_no_ack_in_time_is_queue_full() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway(publish_timeout_s=0.05)
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        await _published(gateway, nc)
+        with pytest.raises(QueueFull, match="no ack in time"):
+            await asyncio.wait_for(call, 5)
+        assert not gateway.pending
+
+    asyncio.run(run())
+
+
+def test_an_acknowledged_request_waits_past_the_publish_timeout() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway(publish_timeout_s=0.05)
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, reply_to, _ = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, STORED))
+        await asyncio.sleep(0.15)  # three publish timeouts: a long forward
+        assert not call.done()
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+        assert await asyncio.wait_for(call, 1) == REPLY
+
+    asyncio.run(run())
+
+
+def test_no_reply_in_time_is_queue_timeout_and_a_late_reply_is_dropped() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway(request_timeout_s=0.05)
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, reply_to, _ = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, STORED))
+        with pytest.raises(QueueTimeout):
+            await asyncio.wait_for(call, 5)
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+        assert _duplicates(gateway) == 1
+
+    asyncio.run(run())
+
+
+def test_request_ids_differ() -> None:
+    async def run() -> set[str]:
+        gateway, nc = _gateway()
+        ids = set()
+        for _ in range(3):
+            nc.sent.clear()
+            call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+            _, reply_to, request_id = await _published(gateway, nc)
+            await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+            await call
+            ids.add(request_id)
+        return ids
+
+    assert len(asyncio.run(run())) == 3
+
+
+def test_only_the_routes_headers_are_forwarded_with_the_request_id() -> None:
+    from starlette.requests import Request
+
+    from sift_server.cluster.gateway import _forwarded
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/encode/org/model",
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"authorization", b"Bearer s3cret"),
+            (b"x-request-id", b"from-the-client"),
+            (b"accept", b"application/msgpack"),
+            (b"user-agent", b"t\xe9st"),
+        ],
+    }
+    assert _forwarded(Request(scope), "rid-1") == [
+        ("content-type", "application/json"),
+        ("accept", "application/msgpack"),
+        ("user-agent", "t\xe9st"),
+        ("x-request-id", "rid-1"),
+    ]
