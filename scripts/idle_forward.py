@@ -30,14 +30,12 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from sift_bench.ceiling import load_model, runtime_of
     from sift_bench.workload import texts_for
     from sift_server.adapters.base import EncodeTask, Part
-    from sift_server.registry.catalog import Catalog
-    from sift_server.registry.loader import load_adapter
 
-    spec = Catalog.from_dirs([]).get("sentence-transformers/all-MiniLM-L6-v2")
-    adapter = load_adapter(spec, torch_threads=1)
-    print(f"backend {adapter.info.runtime.get('backend')} {adapter.info.runtime.get('precision')}", flush=True)
+    adapter = load_model()
+    print(f"backend {runtime_of(adapter)}", flush=True)
     prepared = [adapter.prepare(EncodeTask([text])) for text in texts_for("mixed", seed=0)]
     gap = args.gap_ms / 1000
 

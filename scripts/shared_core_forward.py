@@ -34,15 +34,12 @@ def main() -> None:
 
     import msgpack
 
+    from sift_bench.ceiling import load_model, runtime_of
     from sift_bench.workload import texts_for
     from sift_server.adapters.base import EncodeTask, Part
-    from sift_server.registry.catalog import Catalog
-    from sift_server.registry.loader import load_adapter
 
-    spec = Catalog.from_dirs([]).get("sentence-transformers/all-MiniLM-L6-v2")
-    adapter = load_adapter(spec, torch_threads=1)
-    runtime = adapter.info.runtime
-    print(f"backend {runtime.get('backend')} {runtime.get('precision')}", flush=True)
+    adapter = load_model()
+    print(f"backend {runtime_of(adapter)}", flush=True)
     texts = texts_for("mixed", seed=0)
     rng = random.Random(1)
     batches: list[Any] = [adapter.prepare(EncodeTask(rng.sample(texts, rng.randint(1, 8)))) for _ in range(120)]

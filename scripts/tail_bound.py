@@ -48,23 +48,19 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from sift_bench.ceiling import _fixed_tokens
+    from sift_bench.ceiling import fixed_tokens_of, load_model, runtime_of
     from sift_bench.workload import texts_for
     from sift_server.adapters.base import EncodeTask, Part
     from sift_server.engine import padding
-    from sift_server.registry.catalog import Catalog
-    from sift_server.registry.loader import load_adapter
 
-    spec = Catalog.from_dirs([]).get("sentence-transformers/all-MiniLM-L6-v2")
-    adapter = load_adapter(spec, torch_threads=1)
-    runtime = adapter.info.runtime
-    print(f"backend {runtime.get('backend')} {runtime.get('precision')}, workload {args.workload}", flush=True)
+    adapter = load_model()
+    print(f"backend {runtime_of(adapter)}, workload {args.workload}", flush=True)
     texts = texts_for(args.workload, seed=args.seed)
 
     def prepare(batch: list[str]) -> Any:
         return adapter.prepare(EncodeTask(batch))
 
-    fixed_tokens = _fixed_tokens(adapter, prepare, texts)
+    fixed_tokens = fixed_tokens_of(adapter, prepare, texts)
     rng = random.Random(args.seed)
     turnaround = args.turnaround_ms / 1000
     for size in (int(s) for s in args.sizes.split(",")):

@@ -22,23 +22,16 @@ from tests.cluster.sleeper import register
 
 async def run(argv: Sequence[str]) -> int:
     from sift_server.api.app import create_app
-    from sift_server.cli import build_parser, settings_from_args
-    from sift_server.cluster.cli import _CLUSTER_KEYS, _nats_url
-    from sift_server.cluster.worker import StreamWorker, WorkerOptions
+    from sift_server.cli import build_parser
+    from sift_server.cluster.cli import worker_setup
+    from sift_server.cluster.worker import StreamWorker
     from sift_server.server import DrainingServer, uvicorn_config
 
-    args = build_parser().parse_args(["worker", *argv])
-    settings = settings_from_args(args, skip=_CLUSTER_KEYS)
-    if settings is None:
+    setup = worker_setup(build_parser().parse_args(["worker", *argv]))
+    if setup is None:
         return 2
+    settings, options = setup
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = WorkerOptions(
-        nats_url=_nats_url(args),
-        max_inflight=args.max_inflight,
-        ack_wait_s=args.ack_wait_s,
-        progress_interval_s=args.progress_interval_s,
-        worker_id=args.worker_id or "",
-    )
     models = list(dict.fromkeys([settings.default_model, *settings.preload]))
     worker = StreamWorker(settings, options, models)
     running = asyncio.ensure_future(worker.run())

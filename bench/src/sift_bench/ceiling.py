@@ -25,6 +25,7 @@ from sift_bench.request import ENCODE_DENSE, RequestSpec
 from sift_bench.server_proc import child_env, pin_prefix
 from sift_bench.stats import median
 from sift_bench.workload import WORKLOADS, Workload, texts_for
+from sift_server.config import DEFAULT_MODEL
 
 GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 
@@ -65,7 +66,7 @@ def measure(
             task = EncodeTask(batch)
         return adapter.prepare(task)
 
-    fixed_tokens = _fixed_tokens(adapter, prepare, texts)
+    fixed_tokens = fixed_tokens_of(adapter, prepare, texts)
     out: dict[str, Any] = {}
     for size in sorted(set(sizes)):
         forwards = []
@@ -94,7 +95,7 @@ def measure(
     return out
 
 
-def _fixed_tokens(adapter: Any, prepare: Callable[[list[str]], Any], texts: Sequence[str]) -> float | None:
+def fixed_tokens_of(adapter: Any, prepare: Callable[[list[str]], Any], texts: Sequence[str]) -> float | None:
     """The forward's fixed cost in tokens, from uniform batches of the shortest text
     (fastest of three per size), as the server's forward-cost line would learn it."""
     from sift_server.adapters.base import Part
@@ -115,6 +116,21 @@ def _fixed_tokens(adapter: Any, prepare: Callable[[list[str]], Any], texts: Sequ
     return cost.fixed_tokens
 
 
+def load_model(model: str = DEFAULT_MODEL, catalogs: Sequence[Path] = (), torch_threads: int = 1) -> Any:
+    """A catalog model's adapter, loaded in this process as ``sift serve`` loads it
+    (its catalog backend: ``auto`` for the default model)."""
+    from sift_server.registry.catalog import Catalog
+    from sift_server.registry.loader import load_adapter
+
+    return load_adapter(Catalog.from_dirs(list(catalogs)).get(model), torch_threads=torch_threads)
+
+
+def runtime_of(adapter: Any) -> str:
+    """What runs the adapter's forward, e.g. ``openvino bf16``."""
+    runtime = adapter.info.runtime
+    return f"{runtime.get('backend')} {runtime.get('precision')}"
+
+
 def summarize(sizes: dict[str, Any]) -> dict[str, Any]:
     best_size = max(sizes, key=lambda s: sizes[s]["items_per_s"])
     return {"size": int(best_size), "items_per_s": sizes[best_size]["items_per_s"]}
@@ -133,12 +149,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--request", default="{}", help="the bench's request spec as JSON (primitive, labels, query)")
     args = parser.parse_args(argv)
 
-    from sift_server.registry.catalog import Catalog
-    from sift_server.registry.loader import load_adapter
-
     started = time.perf_counter()
-    spec = Catalog.from_dirs(args.catalog).get(args.model)
-    adapter = load_adapter(spec, torch_threads=args.torch_threads)
+    adapter = load_model(args.model, args.catalog, args.torch_threads)
     load_s = time.perf_counter() - started
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 

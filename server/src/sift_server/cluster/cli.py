@@ -8,7 +8,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sift_server.cluster.worker import WorkerOptions
+    from sift_server.config import Settings
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
@@ -102,14 +106,15 @@ def _gateway(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker(args: argparse.Namespace) -> int:
+def worker_setup(args: argparse.Namespace) -> tuple[Settings, WorkerOptions] | None:
+    """The settings and stream options of ``sift worker``'s parsed arguments (None
+    when the settings are invalid; the reason is printed)."""
     from sift_server.cli import settings_from_args
-    from sift_server.cluster.worker import WorkerOptions, run_worker
-    from sift_server.registry.catalog import CatalogError
+    from sift_server.cluster.worker import WorkerOptions
 
     settings = settings_from_args(args, skip=_CLUSTER_KEYS)
     if settings is None:
-        return 2
+        return None
     options = WorkerOptions(
         nats_url=_nats_url(args),
         max_inflight=args.max_inflight,
@@ -117,6 +122,17 @@ def _worker(args: argparse.Namespace) -> int:
         progress_interval_s=args.progress_interval_s,
         worker_id=args.worker_id or "",
     )
+    return settings, options
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from sift_server.cluster.worker import run_worker
+    from sift_server.registry.catalog import CatalogError
+
+    setup = worker_setup(args)
+    if setup is None:
+        return 2
+    settings, options = setup
     try:
         run_worker(settings, options)
     except CatalogError as exc:
