@@ -3,7 +3,7 @@
 # Usage: flock /tmp/sift-bench.lock scripts/lone_raw.sh   (server on CPU 0, client on CPU 1, then the in-process arm on CPU 0)
 set -u
 cd "$(dirname "$0")/.."
-HF_HUB_OFFLINE=1 taskset -c 0 .venv/bin/sift serve --port 18555 --torch-threads 1 --log-level warning > /tmp/exp/seq-server.log 2>&1 &
+HF_HUB_OFFLINE=1 taskset -c 0 .venv/bin/sift serve --port 18555 --torch-threads 1 --log-level warning > "${TMPDIR:-/tmp}/lone_raw-server.log" 2>&1 &
 SPID=$!
 for i in $(seq 1 200); do curl -sf localhost:18555/readyz >/dev/null && break; sleep 0.1; done
 .venv/bin/python scripts/raw_closed_loop.py http://127.0.0.1:18555 sentence-transformers/all-MiniLM-L6-v2 1 3 > /dev/null
