@@ -153,6 +153,8 @@ def test_gliner_auto_records_a_decision_and_reuses_it(
     chosen = f"{runtime['backend']}/{runtime['precision']}"
     assert measured[chosen]["passed"]
     assert runtime["timing"]["rounds"] == backends.TIMING_ROUNDS
+    # The reference's own figure on the rule's scale: no score difference (1.0 means a span moved).
+    assert measured["torch/fp32"]["agreement"] == 0.0
     timed = [v for v in measured.values() if v["passed"]]
     assert all(len(v["samples"]) == backends.TIMING_ROUNDS for v in timed)
     assert_same_spans(extract(first), torch_entities, runtimes.DEFAULT_SCORE_TOLERANCE)

@@ -760,7 +760,9 @@ def _decide(
     # before any timed sample.
     expected = evaluate(reference)
     passing: list[B] = [reference]
-    measured: dict[str, Any] = {str(REFERENCE): {"agreement": 1.0, "passed": True}}
+    # The reference against itself, on the rule's own scale (a cosine's 1.0, a difference's 0.0).
+    _, itself = agree(expected, expected)
+    measured: dict[str, Any] = {str(REFERENCE): {"agreement": round(float(itself), 8), "passed": True}}
     for choice in pool:
         if choice == REFERENCE:
             continue
