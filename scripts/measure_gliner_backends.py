@@ -2,6 +2,7 @@
 
     python scripts/measure_gliner_backends.py folder DEST
     python scripts/measure_gliner_backends.py inprocess --folder DEST [--rounds 5] [--batch 8] [--texts 256]
+    python scripts/measure_gliner_backends.py auto --folder DEST [--rechoose]
 
 ``folder`` writes a MiniLM-sized GLiNER: a uni-encoder span GLiNER whose encoder is
 the real all-MiniLM-L6-v2 (packaged, offline) under a randomly initialised GLiNER
@@ -14,6 +15,10 @@ workload, ``--batch`` texts per adapter call (prepare + forward: the library's w
 splitting, collation and span decoding included, as served), each backend in turn,
 and prints the median items/s and how the spans compare with PyTorch fp32's over
 all texts. Pin it (``taskset -c 0``); every backend runs one thread.
+
+``auto`` loads the adapter with ``backend: auto`` (one thread), as ``sift serve``
+would, and prints the load time and its ``runtime`` (what ``/v1/models`` shows);
+``--rechoose`` decides again instead of reusing a recorded decision.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ def build_folder(args: argparse.Namespace) -> int:
     return 0
 
 
-def _adapter(folder: Path, backend: str, precision: str) -> Any:
+def _adapter(folder: Path, backend: str, precision: str | None, rechoose: bool = False) -> Any:
     from sift_server.adapters.base import LoadContext
     from sift_server.adapters.gliner_extractor import GlinerAdapter
 
@@ -61,6 +66,7 @@ def _adapter(folder: Path, backend: str, precision: str) -> Any:
         torch_threads=1,
         backend=backend,
         precision=precision,
+        rechoose_backend=rechoose,
     )
     return GlinerAdapter.load(ctx)
 
@@ -115,6 +121,18 @@ def inprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+def auto(args: argparse.Namespace) -> int:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("sift_server.adapters._backends").setLevel(logging.INFO)  # the decision's line
+    start = time.perf_counter()
+    adapter = _adapter(Path(args.folder), "auto", None, rechoose=args.rechoose)
+    print(f"loaded in {time.perf_counter() - start:.1f} s")
+    print(json.dumps(adapter.info.runtime, indent=1, default=str))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +146,10 @@ def main() -> int:
     p.add_argument("--texts", type=int, default=256)
     p.add_argument("--json")
     p.set_defaults(handler=inprocess)
+    p = sub.add_parser("auto")
+    p.add_argument("--folder", required=True)
+    p.add_argument("--rechoose", action="store_true")
+    p.set_defaults(handler=auto)
     args = parser.parse_args()
     result: int = args.handler(args)
     return result
