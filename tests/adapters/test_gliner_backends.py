@@ -110,6 +110,20 @@ def test_gliner_first_export_logs_progress_and_a_hit_loads_directly(
     assert not any("exporting" in m for m in messages)
 
 
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_gliner_cache_hit_never_builds_the_pytorch_model(
+    gliner_dir: Path, gliner_cache: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    exported = extract(GlinerAdapter.load(context(gliner_dir, gliner_cache, backend, "fp32")))
+
+    def refuse(self: runtimes.GlinerGraph) -> Any:
+        raise AssertionError("a cache hit loaded the PyTorch GLiNER")
+
+    monkeypatch.setattr(runtimes.GlinerGraph, "build_module", refuse)
+    again = GlinerAdapter.load(context(gliner_dir, gliner_cache, backend, "fp32"))
+    assert extract(again) == exported
+
+
 def test_gliner_threads_are_explicit(gliner_dir: Path, gliner_cache: Path) -> None:
     onnx = GlinerAdapter.load(context(gliner_dir, gliner_cache, "onnx", "fp32"))
     options = onnx.model.model.session.get_session_options()
