@@ -22,7 +22,7 @@ import logging
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -174,17 +174,33 @@ class Graph(abc.ABC):
         """Forget the torch module (after a non-torch backend won)."""
         self._module = None
 
+    # Export hooks: the defaults export ``module()`` with torch.onnx; a graph whose
+    # library exports itself (GLiNER) overrides them.
+
+    def export_onnx(self, dest: Path) -> None:
+        """Write ``dest/model.onnx`` and whatever else loading it needs."""
+        _export_onnx(self, dest)
+
+    def companions(self, exported: Path, dest: Path) -> None:  # noqa: B027 - optional
+        """Copy into a derived artifact (int8 graph, OpenVINO IR) what loading it
+        needs besides the graph, from the fp32 ONNX folder ``exported``."""
+
+    def key_parts(self) -> dict[str, Any]:
+        """What an export depends on besides the weights, the inputs and ``LIBRARIES``."""
+        return {}
+
 
 # ---- runners -------------------------------------------------------------------
 
 
-class Runner(abc.ABC):
+class Backend(abc.ABC):
+    """What ``auto`` opens, checks, times and keeps: a :class:`Runner` for the
+    adapters whose network is a :class:`Graph`, or an adapter's own wrapper where
+    a library runs the backend itself (GLiNER's runtime models)."""
+
     choice: Choice
     # What actually runs (OpenVINO may ignore a bf16 hint on a CPU without bf16).
     effective_precision: str
-
-    @abc.abstractmethod
-    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray: ...
 
     def memory_bytes(self) -> int:
         return 0
@@ -194,6 +210,11 @@ class Runner(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.choice.backend, "precision": self.effective_precision}
+
+
+class Runner(Backend):
+    @abc.abstractmethod
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray: ...
 
 
 class TorchRunner(Runner):
@@ -244,20 +265,29 @@ class TorchRunner(Runner):
             torch.cuda.empty_cache()
 
 
+def onnx_session_options(threads: int) -> Any:
+    """ONNX Runtime settings of every Sift session: ``threads`` intra-op threads, one inter-op."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # Told explicitly: left alone, ONNX Runtime sizes its pool by the machine, not the affinity.
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # The event loop shares these cores: idle pool threads must sleep, not spin.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    return options
+
+
 class OnnxRunner(Runner):
     def __init__(self, path: Path, choice: Choice, threads: int) -> None:
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        # Told explicitly: left alone, ONNX Runtime sizes its pool by the machine, not the affinity.
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # The event loop shares these cores: idle pool threads must sleep, not spin.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(path), onnx_session_options(threads), providers=["CPUExecutionProvider"]
+        )
         self.names = [i.name for i in self.session.get_inputs()]
         self.choice = choice
         self.effective_precision = choice.precision
@@ -275,7 +305,7 @@ class OnnxRunner(Runner):
         return {**super().describe(), "intra_op_threads": self.threads, "inter_op_threads": 1}
 
 
-def _openvino() -> Any:
+def openvino_module() -> Any:
     """``import openvino``, then stop the thread pool its telemetry starts on import:
     a server sends nothing anywhere, and a lingering non-daemon thread would hold
     the process at exit."""
@@ -292,27 +322,36 @@ def _openvino() -> Any:
     return ov
 
 
+def openvino_config(threads: int, precision: str) -> dict[str, Any]:
+    """OpenVINO CPU compile settings of every Sift model: ``threads`` inference
+    threads in one stream, the precision as a hint, a bounded shape cache."""
+    return {
+        "INFERENCE_NUM_THREADS": threads,
+        "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision],
+        "CPU_RUNTIME_CACHE_CAPACITY": OPENVINO_SHAPE_CACHE,
+    }
+
+
+def openvino_precision(compiled: Any) -> str:
+    """The precision a compiled model really runs at (the hint is only a request)."""
+    hint_type = compiled.get_property("INFERENCE_PRECISION_HINT")
+    actual = str(hint_type.get_type_name()) if hasattr(hint_type, "get_type_name") else str(hint_type)
+    return {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}.get(actual, actual)
+
+
 class OpenVinoRunner(Runner):
     def __init__(self, xml: Path, choice: Choice, threads: int) -> None:
-        ov = _openvino()
+        ov = openvino_module()
 
-        hint = {"fp32": "f32", "bf16": "bf16"}[choice.precision]
-        core = ov.Core()
-        config = {
-            "INFERENCE_NUM_THREADS": threads,
-            "NUM_STREAMS": 1,
-            "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": hint,
-            "CPU_RUNTIME_CACHE_CAPACITY": OPENVINO_SHAPE_CACHE,
-        }
+        config = openvino_config(threads, choice.precision)
         self.config = config
-        self.compiled = core.compile_model(str(xml), "CPU", config)
+        self.compiled = ov.Core().compile_model(str(xml), "CPU", config)
         self.request = self.compiled.create_infer_request()
         self.names = [port.get_any_name() for port in self.compiled.inputs]
-        hint_type = self.compiled.get_property("INFERENCE_PRECISION_HINT")
-        actual = str(hint_type.get_type_name()) if hasattr(hint_type, "get_type_name") else str(hint_type)
         self.choice = choice
-        self.effective_precision = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}.get(actual, actual)
+        self.effective_precision = openvino_precision(self.compiled)
         self.threads = threads
         self._bytes = sum(p.stat().st_size for p in xml.parent.glob("model.*"))
 
@@ -394,7 +433,7 @@ def _quantize_int8(source: Path, dest: Path) -> None:
 
 
 def _convert_openvino(source: Path, dest: Path) -> None:
-    ov = _openvino()
+    ov = openvino_module()
 
     ov.save_model(ov.convert_model(str(source / "model.onnx")), str(dest / "model.xml"), compress_to_fp16=False)
 
@@ -416,18 +455,20 @@ class Artifacts:
             "backend": backend,
             "precision": precision,
             "versions": dict(self.versions),
+            **self.graph.key_parts(),
         }
 
     def onnx(self, precision: str = "fp32") -> Path:
         what = f"{self.graph.kind} {self.graph.folder.name} onnx/{precision}"
-        fp32 = artifacts.ensure_artifact(
-            self.cache, "onnx", self._parts("onnx", "fp32"), lambda d: _export_onnx(self.graph, d), what
-        )
+        fp32 = artifacts.ensure_artifact(self.cache, "onnx", self._parts("onnx", "fp32"), self.graph.export_onnx, what)
         if precision == "fp32":
             return fp32
-        return artifacts.ensure_artifact(
-            self.cache, "onnx", self._parts("onnx", precision), lambda d: _quantize_int8(fp32, d), what
-        )
+
+        def quantize(dest: Path) -> None:
+            _quantize_int8(fp32, dest)
+            self.graph.companions(fp32, dest)
+
+        return artifacts.ensure_artifact(self.cache, "onnx", self._parts("onnx", precision), quantize, what)
 
     def openvino(self) -> Path:
         # One fp32 IR serves every precision: OpenVINO's precision is a compile-time hint.
@@ -437,9 +478,14 @@ class Artifacts:
             self.cache,
             "openvino",
             self._parts("openvino", "fp32"),
-            lambda d: _convert_openvino(self.onnx("fp32"), d),
+            self._convert_openvino,
             what,
         )
+
+    def _convert_openvino(self, dest: Path) -> None:
+        exported = self.onnx("fp32")
+        _convert_openvino(exported, dest)
+        self.graph.companions(exported, dest)
 
 
 def open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> Runner:
@@ -466,6 +512,10 @@ Agree = Callable[[np.ndarray, np.ndarray], tuple[bool, float]]
 # Seconds from an arbitrary origin; injected so tests can script what timing sees.
 Clock = Callable[[], float]
 T = TypeVar("T")
+# What a ``choose_backend`` caller opens (a Runner, or its own Backend) and what its
+# probe evaluation returns (an array, or e.g. GLiNER's entity spans).
+B = TypeVar("B", bound=Backend)
+Out = TypeVar("Out")
 
 
 def timing_order(items: Sequence[T], round_index: int) -> list[T]:
@@ -509,7 +559,9 @@ def pick(samples: Mapping[Choice, Sequence[float]], preference: Sequence[Choice]
     return Verdict(choice=choice, fastest=fastest, medians=medians)
 
 
-def time_rounds(runners: Sequence[Runner], evaluate: Evaluate, rounds: int, clock: Clock) -> dict[Choice, list[float]]:
+def time_rounds(
+    runners: Sequence[B], evaluate: Callable[[B], object], rounds: int, clock: Clock
+) -> dict[Choice, list[float]]:
     """Seconds of each runner's ``evaluate``, ``rounds`` samples each, interleaved:
     every round runs every runner once (in ``timing_order``), so a stretch when
     another process holds the core costs each candidate a sample or two rather
@@ -581,8 +633,34 @@ def choose(
     length limit): a recorded decision holds only for the same. Returns the
     runner and a description for ``/v1/models`` (backend, precision, how it was
     chosen and, for ``auto``, what each candidate measured)."""
-    pool = [c for c in candidates(request) if available(c)]
+    return choose_backend(graph, request, evaluate, agree, tolerance, _open_runner, probe_key=probe_key, clock=clock)
+
+
+def _open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> Runner:
+    # Looked up when called, not bound once: tests replace ``open_runner``.
+    return open_runner(graph, choice, request, store)
+
+
+def choose_backend(
+    graph: Graph,
+    request: BackendRequest,
+    evaluate: Callable[[B], Out],
+    agree: Callable[[Out, Out], tuple[bool, float]],
+    tolerance: float,
+    opener: Callable[[Graph, Choice, BackendRequest, Artifacts | None], B],
+    *,
+    supported: Collection[Choice] | None = None,
+    probe_key: str = "",
+    clock: Clock = time.perf_counter,
+) -> tuple[B, dict[str, Any]]:
+    """``choose`` for any kind of :class:`Backend`: ``opener`` opens a choice
+    (exports through the store it is given), ``evaluate`` runs the probe set on
+    what it opened and ``agree`` compares that with torch fp32's. ``supported``
+    narrows the candidates to what the adapter can run at all."""
+    pool = [c for c in candidates(request) if available(c) and (supported is None or c in supported)]
     if not pool:
+        if supported is not None and not any(c in supported for c in candidates(request)):
+            raise ValueError(f"{graph.kind} does not run backend {request.backend} precision {request.precision}")
         raise ImportError(f"backend {request.backend} needs {_LIBRARY.get(request.backend)}, which is not installed")
     needs_store = any(c.backend != "torch" for c in pool)
     store: Artifacts | None = None
@@ -591,7 +669,7 @@ def choose(
         cache = artifacts.usable_cache_dir(request.cache_dir)
         store = Artifacts(graph, cache, artifacts.content_hash(graph.folder, cache))
     if is_explicit(request) or len(pool) == 1:
-        runner = open_runner(graph, pool[0], request, store)
+        runner = opener(graph, pool[0], request, store)
         _drop_reference(graph, runner)
         return runner, {**runner.describe(), "selected_by": "catalog"}
 
@@ -621,7 +699,7 @@ def choose(
         choice = known.get(str(cached.get("choice")))
         if choice is not None:
             try:
-                runner = open_runner(graph, choice, request, store)
+                runner = opener(graph, choice, request, store)
             except Exception as exc:  # fall back to deciding again
                 log.warning("%s: the recorded choice %s failed to open (%s); deciding again", graph.kind, choice, exc)
             else:
@@ -644,7 +722,7 @@ def choose(
                     "decided_at": decided_at,
                 }
 
-    runner, measured, timing = _decide(graph, request, pool, store, evaluate, agree, tolerance, clock)
+    runner, measured, timing = _decide(graph, request, pool, store, evaluate, agree, tolerance, clock, opener)
     # Wall-clock date for the operator reading /v1/models; the choice never depends on it.
     decided_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     record = {"choice": str(runner.choice), "measured": measured, "timing": timing, "decided_at": decided_at}
@@ -666,27 +744,30 @@ def _decide(
     request: BackendRequest,
     pool: Sequence[Choice],
     store: Artifacts | None,
-    evaluate: Evaluate,
-    agree: Agree,
+    evaluate: Callable[[B], Out],
+    agree: Callable[[Out, Out], tuple[bool, float]],
     tolerance: float,
     clock: Clock,
-) -> tuple[Runner, dict[str, Any], dict[str, Any]]:
+    opener: Callable[[Graph, Choice, BackendRequest, Artifacts | None], B],
+) -> tuple[B, dict[str, Any], dict[str, Any]]:
     """Open every candidate, keep those within tolerance, time them in
     interleaved rounds and ``pick``; returns the chosen runner (the others
     closed), what each candidate measured, and how the timing was done."""
     log.info("%s: choosing a backend among %s (tolerance %g)", graph.kind, ", ".join(map(str, pool)), tolerance)
-    reference = open_runner(graph, REFERENCE, request, store)
+    reference = opener(graph, REFERENCE, request, store)
     # The reference outputs; this forward, like each candidate's agreement check
     # below, also warms its runner (first-call allocations, per-shape kernels)
     # before any timed sample.
     expected = evaluate(reference)
-    passing: list[Runner] = [reference]
-    measured: dict[str, Any] = {str(REFERENCE): {"agreement": 1.0, "passed": True}}
+    passing: list[B] = [reference]
+    # The reference against itself, on the rule's own scale (a cosine's 1.0, a difference's 0.0).
+    _, itself = agree(expected, expected)
+    measured: dict[str, Any] = {str(REFERENCE): {"agreement": round(float(itself), 8), "passed": True}}
     for choice in pool:
         if choice == REFERENCE:
             continue
         try:
-            runner = open_runner(graph, choice, request, store)
+            runner = opener(graph, choice, request, store)
         except Exception as exc:  # one backend failing must not stop the load
             log.warning("%s: backend %s could not be opened: %s", graph.kind, choice, exc)
             measured[str(choice)] = {"error": f"{type(exc).__name__}: {exc}"[:300], "passed": False}
@@ -723,7 +804,7 @@ def _decide(
     return chosen, measured, timing
 
 
-def _drop_reference(graph: Graph, runner: Runner) -> None:
+def _drop_reference(graph: Graph, runner: Backend) -> None:
     if runner.choice.backend != "torch":
         graph.release()
 

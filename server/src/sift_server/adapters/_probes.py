@@ -27,3 +27,19 @@ PROBE_TEXTS: tuple[str, ...] = (
 
 PROBE_QUERY = "how do plants make energy from sunlight"
 BATCH = 8
+
+# GLiNER's probe: texts with names, places, organisations and dates in them (and a
+# few without), and the labels asked for. ``_gliner_runtime.PROBE_VERSION`` names it.
+GLINER_PROBE_TEXTS: tuple[str, ...] = (
+    PROBE_TEXTS[4],  # Apollo 11, Neil Armstrong, Buzz Aldrin, 1969
+    "Ada Lovelace worked with Charles Babbage in London on the Analytical Engine.",
+    "Paris is the capital of France and home to the Louvre museum.",
+    "Zoë met the CEO of Acme-Corp in São Paulo, Brazil, on 3 March 2024!",
+    "The World Health Organization, based in Geneva, published the report on Monday.",
+    PROBE_TEXTS[1],
+    PROBE_TEXTS[5],
+    "Angela Merkel spoke with Emmanuel Macron in Berlin before the European Council summit in Brussels.",
+    "Tokyo, Osaka and Kyoto are cities in Japan; Toyota is headquartered in Aichi.",
+    PROBE_TEXTS[13],
+)
+GLINER_PROBE_LABELS: tuple[str, ...] = ("person", "location", "organization", "date")

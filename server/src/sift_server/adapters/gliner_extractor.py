@@ -10,16 +10,23 @@ caller's original text.
 ``forward`` runs one ``GLiNER.inference`` call over every text of every part,
 with ``batch_size`` equal to the number of texts, so the fused batch is one
 encoder forward.
+
+The GLiNER it calls is PyTorch's or one whose graph runs on ONNX Runtime or
+OpenVINO (``_gliner_runtime``): the entry's ``backend``; ``auto`` keeps a
+runtime only when its spans on the probe set are PyTorch fp32's.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sift_server.adapters import _backends as backends
+from sift_server.adapters import _gliner_runtime as runtimes
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -28,13 +35,8 @@ from sift_server.adapters._extract_common import (
     reject_options,
     resolve_labels,
 )
-from sift_server.adapters._torch_runtime import (
-    configure_threads,
-    module_bytes,
-    release_module,
-    select_device,
-    tokenizer_limit,
-)
+from sift_server.adapters._probes import BATCH, GLINER_PROBE_LABELS, GLINER_PROBE_TEXTS
+from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -49,6 +51,8 @@ from sift_server.forward_io import split_by_parts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
 
 # --- GLiNER -----------------------------------------------------------------
 
@@ -70,7 +74,15 @@ class GlinerPayload:
 class GlinerAdapter(Adapter):
     """Entities for a request's labels, with character offsets into each text."""
 
-    def __init__(self, model: Any, options: Mapping[str, Any], max_tokens: int) -> None:
+    def __init__(
+        self,
+        backend: runtimes.GlinerBackend,
+        options: Mapping[str, Any],
+        max_tokens: int,
+        runtime: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.backend = backend
+        model = backend.model
         self.model = model
         # Catalog defaults, checked here so a bad entry fails its load.
         self.threshold = catalog_threshold(options, DEFAULT_THRESHOLD)
@@ -85,26 +97,61 @@ class GlinerAdapter(Adapter):
         self._words_splitter = processor.words_splitter
         self.max_words = int(model.config.max_len)
         self.max_tokens = max_tokens
-        self.device = model.device
         self.info = AdapterInfo(
             tasks=frozenset({"extract"}),
             inputs=("text",),
             outputs=("entities",),
             max_sequence_length=max_tokens,
+            runtime=runtime or backend.describe(),
         )
 
     @classmethod
     def load(cls, ctx: LoadContext) -> GlinerAdapter:
-        from gliner import GLiNER
-
+        # PyTorch threads matter on every backend: the library collates with torch.
         configure_threads(ctx.torch_threads)
-        device = select_device(ctx.options)
-        model = GLiNER.from_pretrained(str(ctx.path), local_files_only=True, map_location=str(device))
-        model.eval()
+        # The probe runs at the entry's own defaults: what its requests get unless they say otherwise.
+        threshold = catalog_threshold(ctx.options, DEFAULT_THRESHOLD)
+        flat_ner = catalog_flag(ctx.options, "flat_ner", True)
+        multi_label = catalog_flag(ctx.options, "multi_label", False)
+        backend, precision = _runnable(ctx.backend, ctx.precision)
+        device = select_device(ctx.options) if backend in ("auto", "torch") else None
+        request = backends.BackendRequest(
+            backend=backend,
+            precision=precision,
+            tolerance=ctx.tolerance,
+            cache_dir=ctx.cache_dir,
+            threads=ctx.torch_threads,
+            rechoose=ctx.rechoose_backend,
+            device=str(device or "cpu"),
+        )
+
+        def evaluate(candidate: runtimes.GlinerBackend) -> runtimes.Spans:
+            found = candidate.model.inference(
+                list(GLINER_PROBE_TEXTS),
+                list(GLINER_PROBE_LABELS),
+                flat_ner=flat_ner,
+                threshold=threshold,
+                multi_label=multi_label,
+                batch_size=BATCH,
+            )
+            return runtimes.spans(found)
+
+        tolerance = ctx.tolerance or runtimes.DEFAULT_SCORE_TOLERANCE
+        chosen, runtime = backends.choose_backend(
+            runtimes.GlinerGraph(ctx.path, request.device),
+            request,
+            evaluate,
+            runtimes.span_agreement(tolerance),
+            tolerance,
+            runtimes.open_gliner,
+            supported=runtimes.SUPPORTED,
+            probe_key=f"{runtimes.PROBE_VERSION}:{runtimes.gliner_version()}:{threshold}:{flat_ner}:{multi_label}",
+        )
+        model = chosen.model
         tokenizer = model.data_processor.transformer_tokenizer
         encoder_config = getattr(model.config, "encoder_config", None)
         positions = getattr(encoder_config, "max_position_embeddings", None)
-        return cls(model, ctx.options, tokenizer_limit(tokenizer, ctx.max_sequence_length, positions))
+        return cls(chosen, ctx.options, tokenizer_limit(tokenizer, ctx.max_sequence_length, positions), runtime)
 
     def prepare(self, task: TaskInput) -> Prepared:
         if not isinstance(task, ExtractTask):
@@ -157,10 +204,10 @@ class GlinerAdapter(Adapter):
         return outputs
 
     def memory_bytes(self) -> int:
-        return module_bytes(self.model)
+        return self.backend.memory_bytes()
 
     def close(self) -> None:
-        release_module(self.model, self.device)
+        self.backend.close()
 
     def _forward_group(self, parts: Sequence[Part]) -> list[list[dict[str, Any]]]:
         """One library call for parts that share labels and settings."""
@@ -222,6 +269,15 @@ class GlinerAdapter(Adapter):
                 max_tokens=self.max_tokens,
             )
         return text[: words[keep - 1][2]], ends[n_prompt + keep - 1] + trailing
+
+
+def _runnable(backend: str, precision: str | None) -> tuple[str, str | None]:
+    """The request with PyTorch at a reduced precision (``--backend torch:bf16``
+    for every entry) replaced by PyTorch fp32, the only PyTorch GLiNER runs here."""
+    if backend == "torch" and precision not in (None, "fp32"):
+        log.warning("gliner runs PyTorch at fp32 only; ignoring precision %s", precision)
+        return backend, "fp32"
+    return backend, precision
 
 
 def _word_token_ends(word_ids: Iterable[int | None], n_words: int) -> list[int]:
