@@ -207,10 +207,17 @@ class Gateway:
 
     async def refresh_live(self) -> None:
         assert self.kv is not None
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            keys = []
+        keys: list[str] = []
+        # An empty answer is read twice before it is believed: nats-py's keys() can
+        # end its watch before an entry already on its way is processed and report
+        # an empty bucket (nats-io/nats.py#842), which would turn a live worker's
+        # model into 503 NO_WORKER. A non-empty answer is complete and authoritative.
+        for _ in range(2):
+            try:
+                keys = await self.kv.keys()
+                break
+            except NoKeysError:
+                continue
         live_keys: dict[str, list[str]] = {}
         for key in keys:
             live_keys.setdefault(model_of_heartbeat_key(key), []).append(key)
