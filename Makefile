@@ -9,6 +9,7 @@ serve: setup
 
 lint: setup
 	.venv/bin/ruff check server sdk bench tests scripts probes
+	.venv/bin/ruff format --check server sdk bench tests scripts probes
 	.venv/bin/mypy server/src sdk/src bench/src
 
 test: setup lint

@@ -64,21 +64,32 @@ def hand_cases() -> Iterator[Case]:
         raw = f'{{"model":"{MINILM}","input":"a","dimensions":{value}}}'.encode()
         yield f"openai: dimensions {value}", "POST", oa, raw, JSON
     openai_bodies: list[dict[str, Any]] = [
-        {}, {"model": MINILM}, {"input": "a"}, {"model": MINILM, "input": 5}, {"model": MINILM, "input": [[1, 2]]},
-        {"model": MINILM, "input": []}, {"model": MINILM, "input": "a", "encoding_format": "hex"},
-        {"model": MINILM, "input": "a", "user": 5}, {"model": 5, "input": "a"},
-        {"model": "x" * 8_000_000, "input": "a"}, {"model": "no/such", "input": "a"},
+        {},
+        {"model": MINILM},
+        {"input": "a"},
+        {"model": MINILM, "input": 5},
+        {"model": MINILM, "input": [[1, 2]]},
+        {"model": MINILM, "input": []},
+        {"model": MINILM, "input": "a", "encoding_format": "hex"},
+        {"model": MINILM, "input": "a", "user": 5},
+        {"model": 5, "input": "a"},
+        {"model": "x" * 8_000_000, "input": "a"},
+        {"model": "no/such", "input": "a"},
         {"model": MINILM, "input": [None]},
     ]
     for body in openai_bodies:
         yield f"openai: {str(body)[:60]}", "POST", oa, json.dumps(body).encode(), JSON
-    for body in ({"items": [{"text": "x"}], "params": {"instruction": "i" * 3_000_000}},
-                 {"items": [{"text": "x", "metadata": {"k": "v" * 3_000_000}}]},
-                 {"items": [{"text": "x"}] * 513}, {"items": [{"text": 5}]}, {"items": [{"id": 5, "text": "x"}]},
-                 {"items": [{"text": "x"}], "params": {"options": {"overflow_policy": 5}}},
-                 {"items": [{"text": "x"}], "params": {"output_dtype": {"a": 1}}},
-                 {"items": [{"text": "x"}], "params": {"options": {"profile": ["a"]}}},
-                 {"items": [{"text": "word " * 400_000}], "params": {"options": {"overflow_policy": "error"}}}):
+    for body in (
+        {"items": [{"text": "x"}], "params": {"instruction": "i" * 3_000_000}},
+        {"items": [{"text": "x", "metadata": {"k": "v" * 3_000_000}}]},
+        {"items": [{"text": "x"}] * 513},
+        {"items": [{"text": 5}]},
+        {"items": [{"id": 5, "text": "x"}]},
+        {"items": [{"text": "x"}], "params": {"options": {"overflow_policy": 5}}},
+        {"items": [{"text": "x"}], "params": {"output_dtype": {"a": 1}}},
+        {"items": [{"text": "x"}], "params": {"options": {"profile": ["a"]}}},
+        {"items": [{"text": "word " * 400_000}], "params": {"options": {"overflow_policy": "error"}}},
+    ):
         yield f"encode: {str(body)[:60]}", "POST", enc, json.dumps(body).encode(), JSON
 
 
@@ -140,8 +151,7 @@ def declared_too_large(url: str, path: str) -> tuple[int, bytes]:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {40 * 2**20}\r\n\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {40 * 2**20}\r\n\r\n"
         )
         sock.sendall(head.encode() + b"{}")
         answer = b""
@@ -157,8 +167,17 @@ def run_schemathesis(url: str, examples: int) -> tuple[int, str]:
     cli = shutil.which("schemathesis") or str(Path(sys.executable).parent / "schemathesis")
     if not Path(cli).exists():
         return -1, "schemathesis not installed (pip install schemathesis to include it)"
-    command = [cli, "run", f"{url}/openapi.json", "--checks", "not_a_server_error", "--max-examples", str(examples),
-               "--url", url]
+    command = [
+        cli,
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--max-examples",
+        str(examples),
+        "--url",
+        url,
+    ]
     # In a scratch folder: schemathesis keeps a cache (.schemathesis/) in its working directory.
     with tempfile.TemporaryDirectory(prefix="sift-schemathesis-") as scratch:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=scratch)
@@ -189,8 +208,10 @@ def main() -> int:
         assert client.get("/healthz").status_code == 200
         code, report = run_schemathesis(server.url, args.schemathesis_examples)
         tracebacks = server.log_tail(100_000).count("Traceback")
-    print(f"{len(cases)} cases: statuses {dict(sorted(statuses.items()))}; problems {len(problems)}; "
-          f"tracebacks in the server log {tracebacks}")
+    print(
+        f"{len(cases)} cases: statuses {dict(sorted(statuses.items()))}; problems {len(problems)}; "
+        f"tracebacks in the server log {tracebacks}"
+    )
     for problem in problems[:40]:
         print("  PROBLEM", problem)
     print(f"schemathesis: exit {code}\n{report}" if code != -1 else report)

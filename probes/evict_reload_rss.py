@@ -26,8 +26,9 @@ def encode_until_served(client: httpx.Client, model: str, deadline_s: float = 12
     refusals = 0
     end = time.perf_counter() + deadline_s
     while time.perf_counter() < end:
-        response = client.post(f"/v1/encode/{model}", json={"items": [{"text": "cycle"}]},
-                               headers={"Accept": "application/json"})
+        response = client.post(
+            f"/v1/encode/{model}", json={"items": [{"text": "cycle"}]}, headers={"Accept": "application/json"}
+        )
         if response.status_code == 200:
             return refusals
         if response.status_code != 503:
@@ -48,9 +49,10 @@ def main() -> int:
     # MiniLM is about 87 MiB: the budget holds one of the two, never both. Eviction
     # protection of recently used models is off, so every request swaps models.
     os.environ["SIFT_EVICT_IDLE_S"] = "0"
-    with start_server("--memory-budget-mb", "130", catalogs=[catalog], workdir=work) as server, httpx.Client(
-        base_url=server.url, timeout=60
-    ) as client:
+    with (
+        start_server("--memory-budget-mb", "130", catalogs=[catalog], workdir=work) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
         assert server.process is not None
         pid = server.process.pid
         samples: list[float] = []
@@ -64,9 +66,11 @@ def main() -> int:
         evictions = server.log_tail(1_000_000).count("evicted model")
     base = samples[min(args.warmup, len(samples)) - 1]
     growth = (samples[-1] - base) / base
-    print(f"after warm-up (cycle {args.warmup}) {base:.1f} MiB -> cycle {args.cycles} {samples[-1]:.1f} MiB "
-          f"({growth:+.1%}); after 10 s idle {idle:.1f} MiB; min {min(samples):.1f} max {max(samples):.1f}; "
-          f"{evictions} evictions")
+    print(
+        f"after warm-up (cycle {args.warmup}) {base:.1f} MiB -> cycle {args.cycles} {samples[-1]:.1f} MiB "
+        f"({growth:+.1%}); after 10 s idle {idle:.1f} MiB; min {min(samples):.1f} max {max(samples):.1f}; "
+        f"{evictions} evictions"
+    )
     return 0 if growth <= args.tolerance else 1
 
 

@@ -33,17 +33,29 @@ MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/json"}
 ITEM_LIMIT = 2 * 1024 * 1024 - 64
 
 HEAVY: list[tuple[str, str, bytes]] = [
-    ("1 MB instruction, 32 items", ENCODE,
-     json.dumps({"items": [{"text": "word"}] * 32, "params": {"instruction": "w " * (MB // 2)}}).encode()),
+    (
+        "1 MB instruction, 32 items",
+        ENCODE,
+        json.dumps({"items": [{"text": "word"}] * 32, "params": {"instruction": "w " * (MB // 2)}}).encode(),
+    ),
     ("16 items of 2 MB", ENCODE, json.dumps({"items": [{"text": "word " * (ITEM_LIMIT // 5)}] * 16}).encode()),
-    ("16 items of 2 MB (msgpack)", ENCODE,
-     msgspec.msgpack.encode({"items": [{"text": "word " * (ITEM_LIMIT // 5)}] * 16})),
-    ("16 items of 1 MB non-ASCII", ENCODE,
-     json.dumps({"items": [{"text": "wörd " * (ITEM_LIMIT // 6)}] * 16}, ensure_ascii=False).encode()),
+    (
+        "16 items of 2 MB (msgpack)",
+        ENCODE,
+        msgspec.msgpack.encode({"items": [{"text": "word " * (ITEM_LIMIT // 5)}] * 16}),
+    ),
+    (
+        "16 items of 1 MB non-ASCII",
+        ENCODE,
+        json.dumps({"items": [{"text": "wörd " * (ITEM_LIMIT // 6)}] * 16}, ensure_ascii=False).encode(),
+    ),
     ("one 1 MB text", ENCODE, json.dumps({"items": [{"text": "word " * (MB // 5)}]}).encode()),
     ("8 MB model name (OpenAI)", "/v1/embeddings", json.dumps({"model": "m" * 8 * MB, "input": "a"}).encode()),
-    ("OpenAI, 64 inputs of 400 KB", "/v1/embeddings",
-     json.dumps({"model": MINILM, "input": ["word " * 80_000] * 64}).encode()),
+    (
+        "OpenAI, 64 inputs of 400 KB",
+        "/v1/embeddings",
+        json.dumps({"model": MINILM, "input": ["word " * 80_000] * 64}).encode(),
+    ),
     ("512 items of 2 KB", ENCODE, json.dumps({"items": [{"text": "word " * 400}] * 512}).encode()),
 ]
 
@@ -96,12 +108,16 @@ def main() -> int:
             p99 = statistics.quantiles(samples, n=100)[98] if len(samples) >= 100 else worst
             worst_overall = max(worst_overall, worst)
             every.extend(samples)
-            print(f"{name:30s} {len(body) / MB:6.1f} MB -> {response.status_code} in {took:6.2f} s; "
-                  f"/healthz n={len(samples):4d} median {statistics.median(samples):5.1f} ms "
-                  f"p99 {p99:6.1f} ms max {worst:6.1f} ms")
+            print(
+                f"{name:30s} {len(body) / MB:6.1f} MB -> {response.status_code} in {took:6.2f} s; "
+                f"/healthz n={len(samples):4d} median {statistics.median(samples):5.1f} ms "
+                f"p99 {p99:6.1f} ms max {worst:6.1f} ms"
+            )
     p99_all = statistics.quantiles(every, n=100)[98]
-    print(f"all /healthz n={len(every)} p50 {statistics.median(every):.1f} ms p99 {p99_all:.1f} ms "
-          f"max {worst_overall:.1f} ms (limit {args.limit_ms:.0f} ms)")
+    print(
+        f"all /healthz n={len(every)} p50 {statistics.median(every):.1f} ms p99 {p99_all:.1f} ms "
+        f"max {worst_overall:.1f} ms (limit {args.limit_ms:.0f} ms)"
+    )
     return 0 if worst_overall <= args.limit_ms else 1
 
 

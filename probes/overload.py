@@ -116,10 +116,14 @@ def main() -> int:
         _, tally = asyncio.run(run(server.url, args))
     queue, latency = tally.queue_ms, tally.latency_ms
     print(f"answers {dict(tally.answers)}")
-    print(f"server queue time (200s) p50 {pct(queue, 50):.0f} ms p99 {pct(queue, 99):.0f} ms "
-          f"max {max(queue, default=0):.0f} ms (deadline {args.queue_timeout_s * 1000:.0f} ms)")
-    print(f"client latency p50 {pct(latency, 50):.0f} ms p99 {pct(latency, 99):.0f} ms "
-          f"max {max(latency, default=0):.0f} ms")
+    print(
+        f"server queue time (200s) p50 {pct(queue, 50):.0f} ms p99 {pct(queue, 99):.0f} ms "
+        f"max {max(queue, default=0):.0f} ms (deadline {args.queue_timeout_s * 1000:.0f} ms)"
+    )
+    print(
+        f"client latency p50 {pct(latency, 50):.0f} ms p99 {pct(latency, 99):.0f} ms "
+        f"max {max(latency, default=0):.0f} ms"
+    )
     bounded = pct(queue, 99) <= args.queue_timeout_s * 1000 + args.slack_ms
     if tally.bad:
         print(f"unexpected answers: {Counter(tally.bad)}")

@@ -50,8 +50,10 @@ def main() -> int:
     finally:
         server.stop()
     log = server.log_tail(200)
-    print(f"exit {exit_s:.2f} s after SIGTERM (grace {args.grace_s} s, bound {args.grace_s + 0.5} s); "
-          f"return code {server.returncode}; request in flight: {outcome}")
+    print(
+        f"exit {exit_s:.2f} s after SIGTERM (grace {args.grace_s} s, bound {args.grace_s + 0.5} s); "
+        f"return code {server.returncode}; request in flight: {outcome}"
+    )
     print("\n".join(line for line in log.splitlines() if "exit" in line or "draining" in line))
     return 0 if exit_s <= args.grace_s + 0.5 else 1
 

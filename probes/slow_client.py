@@ -68,8 +68,10 @@ def main() -> int:
     with start_server("--body-timeout-s", str(args.body_timeout_s)) as server:
         took, answer = slow_body(server.port, ENCODE, args.body_timeout_s + 10)
         status = answer.split(b" ", 2)[1].decode() if answer else "none"
-        print(f"1 byte/s body on encode: {status} after {took:.1f} s (timeout {args.body_timeout_s} s); "
-              f"Connection: close {b'connection: close' in answer.lower()}")
+        print(
+            f"1 byte/s body on encode: {status} after {took:.1f} s (timeout {args.body_timeout_s} s); "
+            f"Connection: close {b'connection: close' in answer.lower()}"
+        )
         if status != "408":
             failures.append(f"slow body got {status}")
         took, answer = slow_body(server.port, "/v1/embeddings", args.body_timeout_s + 10)

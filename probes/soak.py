@@ -35,8 +35,9 @@ async def one(client: httpx.AsyncClient, rng: random.Random, statuses: Counter[i
             response = await client.post("/v1/embeddings", json={"model": MINILM, "input": inputs})
         else:
             items = [{"text": text(rng)} for _ in range(rng.randint(1, 32))]
-            response = await client.post(f"/v1/encode/{MINILM}", json={"items": items},
-                                         headers={"Accept": "application/json"})
+            response = await client.post(
+                f"/v1/encode/{MINILM}", json={"items": items}, headers={"Accept": "application/json"}
+            )
         statuses[response.status_code] += 1
     except httpx.HTTPError as exc:
         statuses[type(exc).__name__] += 1
@@ -88,9 +89,11 @@ def main() -> int:
     last = [rss for t, rss in samples if t >= end_s - args.window_s]
     after_warmup, end = statistics.median(first), statistics.median(last)
     growth = (end - after_warmup) / after_warmup
-    print(f"RSS median {args.warmup_s:.0f}-{args.warmup_s + args.window_s:.0f} s {after_warmup:.1f} MiB -> "
-          f"last {args.window_s:.0f} s {end:.1f} MiB ({growth:+.1%}); max {max(r for _, r in samples):.1f} MiB; "
-          f"answers {dict(statuses)}")
+    print(
+        f"RSS median {args.warmup_s:.0f}-{args.warmup_s + args.window_s:.0f} s {after_warmup:.1f} MiB -> "
+        f"last {args.window_s:.0f} s {end:.1f} MiB ({growth:+.1%}); max {max(r for _, r in samples):.1f} MiB; "
+        f"answers {dict(statuses)}"
+    )
     return 0 if growth <= args.tolerance else 1
 
 

@@ -24,7 +24,6 @@ def tiny_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return catalog
 
 
-
 @pytest.fixture
 async def make_client(tiny_catalog_dir: Path) -> AsyncIterator[MakeClient]:
     """Builds an in-process app with setting overrides; closes them all at the end."""
@@ -49,5 +48,3 @@ async def make_client(tiny_catalog_dir: Path) -> AsyncIterator[MakeClient]:
 @pytest.fixture
 async def app_client(make_client: MakeClient) -> Client:
     return await make_client()
-
-

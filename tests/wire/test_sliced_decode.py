@@ -53,9 +53,7 @@ async def test_sliced_decode_equals_the_whole_decode(fmt: Format, schema: type[A
 
 async def test_json_with_odd_whitespace_and_escapes_decodes_the_same() -> None:
     data = b' \n{ "params" : {"instruction":"a\\"b]}"} ,\t"it\\u0065ms" :\r[ {"text":"x,]"} , {"text":"\\\\"} ] } \n'
-    assert await sliced.decode_sliced(data, "json", EncodeBody, "items", Item) == decode_body(
-        data, "json", EncodeBody
-    )
+    assert await sliced.decode_sliced(data, "json", EncodeBody, "items", Item) == decode_body(data, "json", EncodeBody)
 
 
 async def test_openai_input_list_is_decoded_in_slices() -> None:

@@ -50,9 +50,7 @@ def _arm(text: str) -> str:
 
     if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text):
         return text
-    raise argparse.ArgumentTypeError(
-        f"not a policy ({', '.join(POLICIES)}), a backend arm nor a gateway arm: {text!r}"
-    )
+    raise argparse.ArgumentTypeError(f"not a policy ({', '.join(POLICIES)}), a backend arm nor a gateway arm: {text!r}")
 
 
 def _make_arm(name: str) -> Arm:

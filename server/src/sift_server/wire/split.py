@@ -71,9 +71,7 @@ _msgpack_top = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
 _msgpack_array = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
 
-def split_body(
-    data: Buffer, fmt: Format, field: str, window: int, max_chars: Mapping[str, int] | None = None
-) -> Walk:
+def split_body(data: Buffer, fmt: Format, field: str, window: int, max_chars: Mapping[str, int] | None = None) -> Walk:
     """``max_chars``: top-level keys whose string value may be at most this many
     characters long (:class:`StringTooLong` when longer)."""
     if fmt == "msgpack":
