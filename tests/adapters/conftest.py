@@ -4,10 +4,11 @@ offline."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,6 +17,9 @@ from sift_server.adapters.cross_encoder import CrossEncoderAdapter
 from sift_server.adapters.gliclass_classifier import GliClassAdapter
 from sift_server.adapters.gliner_extractor import GlinerAdapter
 from tests.fixtures.tiny_models import build_tiny_cross_encoder, build_tiny_gliclass, build_tiny_gliner
+
+if TYPE_CHECKING:
+    import httpx
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,6 +34,26 @@ def load_context(path: Path, max_sequence_length: int | None = None, **options: 
     """A CPU load context (parity references run on CPU too)."""
     merged: Mapping[str, Any] = {"device": "cpu", **options}
     return LoadContext(path=path, options=merged, max_sequence_length=max_sequence_length, torch_threads=0)
+
+
+@contextlib.asynccontextmanager
+async def serving_one_entry(folder: Path, name: str, entry: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The app (lifespan included) serving one catalog entry, ``entry`` being the
+    YAML after its name line, written under ``folder``; an in-process client."""
+    import httpx
+
+    from sift_server.api.app import build_state, create_app
+    from sift_server.config import Settings
+    from sift_server.registry.catalog import Catalog
+
+    catalog = folder / "catalog"
+    catalog.mkdir()
+    (catalog / "entry.yaml").write_text(f"name: {name}\n{entry}")
+    settings = Settings(default_model=name, catalog=[catalog], torch_threads=1, calibrate=False)
+    app = create_app(build_state(settings, catalog=Catalog.from_dirs([catalog], include_shipped=False)))
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

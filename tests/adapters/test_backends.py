@@ -20,6 +20,7 @@ from sift_server.adapters import _backends as backends
 from sift_server.adapters.base import EncodeTask, LoadContext, Part, ScoreTask
 from sift_server.adapters.cross_encoder import CrossEncoderAdapter
 from sift_server.adapters.sentence_embedder import SentenceEmbedderAdapter
+from tests.adapters.conftest import serving_one_entry
 from tests.fixtures.tiny_embedder import build_tiny_embedder
 
 TEXTS = [
@@ -362,24 +363,12 @@ def test_rust_tokenizer_matches_transformers() -> None:
 async def test_models_listing_shows_what_runs(
     embedder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import httpx
-
-    from sift_server.api.app import build_state, create_app
-    from sift_server.config import Settings
-    from sift_server.registry.catalog import Catalog
-
     monkeypatch.delenv("SIFT_BACKEND", raising=False)  # the suite's default pins torch:fp32
-    catalog = tmp_path / "catalog"
-    catalog.mkdir()
-    (catalog / "tiny.yaml").write_text(
-        f"name: tiny/ov\nadapter: sentence-embedder\nsource: {{path: {embedder_dir}}}\ntasks: [encode]\n"
+    entry = (
+        f"adapter: sentence-embedder\nsource: {{path: {embedder_dir}}}\ntasks: [encode]\n"
         "backend: openvino\nprecision: fp32\n"
     )
-    settings = Settings(default_model="tiny/ov", catalog=[catalog], torch_threads=1, calibrate=False)
-    state = build_state(settings, catalog=Catalog.from_dirs([catalog], include_shipped=False))
-    app = create_app(state)
-    transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+    async with serving_one_entry(tmp_path, "tiny/ov", entry) as client:
         info = (await client.get("/v1/models/tiny/ov")).json()
         encoded = await client.post("/v1/encode/tiny/ov", json={"items": [{"text": "hello"}]})
     assert encoded.status_code == 200

@@ -18,6 +18,7 @@ from sift_server.adapters import _backends as backends
 from sift_server.adapters import _gliner_runtime as runtimes
 from sift_server.adapters.base import ExtractTask, LoadContext, Part
 from sift_server.adapters.gliner_extractor import GlinerAdapter
+from tests.adapters.conftest import serving_one_entry
 from tests.adapters.test_gliner import LABELS, TEXTS, THRESHOLD
 
 # Largest score difference from PyTorch on the tiny random GLiNER: ONNX Runtime ~1e-6;
@@ -244,24 +245,12 @@ def test_span_agreement_needs_identical_spans_and_close_scores() -> None:
 async def test_gliner_models_listing_shows_what_runs(
     gliner_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import httpx
-
-    from sift_server.api.app import build_state, create_app
-    from sift_server.config import Settings
-    from sift_server.registry.catalog import Catalog
-
     monkeypatch.delenv("SIFT_BACKEND", raising=False)  # the suite's default pins torch:fp32
-    catalog = tmp_path / "catalog"
-    catalog.mkdir()
-    (catalog / "tiny.yaml").write_text(
-        f"name: tiny/gliner-onnx\nadapter: gliner\nsource: {{path: {gliner_dir}}}\ntasks: [extract]\n"
+    entry = (
+        f"adapter: gliner\nsource: {{path: {gliner_dir}}}\ntasks: [extract]\n"
         "backend: onnx\nprecision: fp32\noptions: {threshold: 0.3}\n"
     )
-    settings = Settings(default_model="tiny/gliner-onnx", catalog=[catalog], torch_threads=1, calibrate=False)
-    state = build_state(settings, catalog=Catalog.from_dirs([catalog], include_shipped=False))
-    app = create_app(state)
-    transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+    async with serving_one_entry(tmp_path, "tiny/gliner-onnx", entry) as client:
         info = (await client.get("/v1/models/tiny/gliner-onnx")).json()
         body = {"items": [{"text": TEXTS[0]}], "params": {"labels": LABELS}}
         extracted = await client.post("/v1/extract/tiny/gliner-onnx", json=body)

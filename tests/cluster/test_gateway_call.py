@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
-from prometheus_client import CollectorRegistry
 
 from sift_server.cluster.codec import WorkReply, WorkRequest, pack_reply, unpack_request
-from sift_server.cluster.gateway import Gateway, GatewayOptions
+from sift_server.cluster.gateway import Gateway
 from sift_server.cluster.subjects import (
     ACK_PREFIX,
     DEADLINE_HEADER,
@@ -23,6 +22,7 @@ from sift_server.cluster.subjects import (
     work_subject,
 )
 from sift_server.errors import QueueFull, QueueTimeout
+from tests.cluster.fakes import bare_gateway
 
 MODEL = "org/model"
 WORK = WorkRequest("/v1/encode/org/model", [("content-type", "application/json")], b'{"items": []}')
@@ -43,18 +43,8 @@ class FakeNats:
         self.sent.set()
 
 
-class _Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-
-
-class _State:
-    def __init__(self) -> None:
-        self.metrics = _Metrics()
-
-
 def _gateway(**options: Any) -> tuple[Gateway, FakeNats]:
-    gateway = Gateway(GatewayOptions(**options), _State())  # type: ignore[arg-type]
+    gateway = bare_gateway(**options)
     nc = FakeNats()
     gateway.nc = nc  # type: ignore[assignment]
     gateway.js = object()  # type: ignore[assignment]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 from nats.js.errors import NoKeysError
-from prometheus_client import CollectorRegistry
 
-from sift_server.cluster.gateway import Gateway, GatewayOptions
+from sift_server.cluster.gateway import Gateway
 from sift_server.cluster.subjects import heartbeat_key
+from tests.cluster.fakes import bare_gateway
 
 MODEL = "org/model"
 
@@ -33,18 +33,8 @@ class FlakyKeys:
         return list(self.keys_held)
 
 
-class _Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-
-
-class _State:
-    def __init__(self) -> None:
-        self.metrics = _Metrics()
-
-
 def _gateway(kv: FlakyKeys) -> Gateway:
-    gateway = Gateway(GatewayOptions(), _State())  # type: ignore[arg-type]
+    gateway = bare_gateway()
     gateway.kv = kv  # type: ignore[assignment]
     return gateway
 
