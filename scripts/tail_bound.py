@@ -33,11 +33,6 @@ import time
 from typing import Any
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="mixed")
@@ -49,6 +44,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from sift_bench.ceiling import fixed_tokens_of, load_model, runtime_of
+    from sift_bench.stats import percentile
     from sift_bench.workload import texts_for
     from sift_server.adapters.base import EncodeTask, Part
     from sift_server.engine import padding
@@ -81,7 +77,7 @@ def main() -> None:
         for name, latencies in (("held", held), ("early", early)):
             p50 = statistics.median(latencies)
             print(
-                f"{size} in flight, {name}: p50 {p50 * 1000:.1f} ms, p99/p50 {quantile(latencies, 0.99) / p50:.2f}, "
+                f"{size} in flight, {name}: p50 {p50 * 1000:.1f} ms, p99/p50 {percentile(latencies, 99) / p50:.2f}, "
                 f"max/p50 {max(latencies) / p50:.2f}",
                 flush=True,
             )

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from sift_server.engine.trace import parse_trace
+
 
 def _open(path: Path) -> TextIO:
     if path.exists():
@@ -32,19 +34,19 @@ def main() -> None:
     figures: dict[tuple[str, str], list[tuple[float, ...]]] = collections.defaultdict(list)
     for run in results["runs"]:
         with _open(folder / "traces" / Path(run["trace_file"]).name) as file:
-            forwards = [json.loads(line) for line in file if '"forward_id"' in line]
+            forwards = parse_trace(file)
         for name, phase in run["phases"].items():
             if not name.startswith("closed"):
                 continue
             start, end = phase["window_start"], phase["window_end"]
-            inside = [f for f in forwards if start <= f["start"] <= end]
-            busy = sum(f["end"] - f["start"] for f in inside)
-            items = sum(f["items"] for f in inside)
-            tokens = sum(f["cost"] for f in inside)
+            inside = [f for f in forwards if start <= f.start <= end]
+            busy = sum(f.end - f.start for f in inside)
+            items = sum(f.items for f in inside)
+            tokens = sum(f.cost for f in inside)
             figures[(run["arm"], name)].append(
                 (
                     items / len(inside),
-                    statistics.mean(f["chunks"] for f in inside),
+                    statistics.mean(f.chunks for f in inside),
                     busy / (end - start),
                     busy / tokens * 1e6,
                     items / (end - start),

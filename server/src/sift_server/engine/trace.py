@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -73,10 +74,11 @@ class JsonlTrace:
             self._file.close()
 
 
+def parse_trace(lines: Iterable[str]) -> list[ForwardRecord]:
+    """The records of a trace's lines (blank lines skipped), from any text source."""
+    return [ForwardRecord(**json.loads(line)) for line in lines if line.strip()]
+
+
 def read_trace(path: Path) -> list[ForwardRecord]:
-    records = []
     with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                records.append(ForwardRecord(**json.loads(line)))
-    return records
+        return parse_trace(handle)
