@@ -71,12 +71,13 @@ def _adapter(folder: Path, backend: str, precision: str | None, rechoose: bool =
     return GlinerAdapter.load(ctx)
 
 
-def _run(adapter: Any, texts: list[str]) -> list[list[tuple[int, int, str, float]]]:
+def _run(adapter: Any, texts: list[str]) -> Any:
+    from sift_server.adapters._gliner_runtime import spans
     from sift_server.adapters.base import ExtractTask, Part
 
     prepared = adapter.prepare(ExtractTask(texts=texts, labels=LABELS))
     [items] = adapter.forward([Part(prepared, 0, len(texts))])
-    return [[(e["start"], e["end"], e["label"], e["score"]) for e in item["entities"]] for item in items]
+    return spans([item["entities"] for item in items])
 
 
 def _compare(got: list[Any], reference: list[Any]) -> dict[str, Any]:
