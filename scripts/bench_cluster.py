@@ -38,6 +38,7 @@ from raw_http import RawConnection, RawResponse  # scripts/, beside this file
 
 from sift_server.cluster.hops import STAGES, STAMPS, STAMPS_ENV, parse_stamps
 from sift_server.processes import SiftProcess, free_port, spawn, start_nats, wait_port
+from sift_server.server import run_event_loop  # as the gateway (uvicorn) and the worker run
 from tests.cluster.conftest import live_workers
 from tests.cluster.sleeper import write_sleeper_entry
 
@@ -436,7 +437,7 @@ def cmd_nats_floor(args: argparse.Namespace) -> dict[str, Any]:
                         raise RuntimeError(responder.log())
                     time.sleep(0.05)
                 os.sched_setaffinity(0, {1})
-                rtt = _uvloop_run(floor_requests(url, kind, args.n + 20, args.gap_ms / 1000))[20:]
+                rtt = run_event_loop(floor_requests(url, kind, args.n + 20, args.gap_ms / 1000))[20:]
                 os.sched_setaffinity(0, {0, 1})
             finally:
                 responder.stop(timeout=5)
@@ -446,16 +447,6 @@ def cmd_nats_floor(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         nats_proc.stop(timeout=10)
     return result
-
-
-def _uvloop_run(coro: Any) -> Any:
-    """Under uvloop, as the gateway (uvicorn) and the worker run."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:
-        return asyncio.run(coro)
 
 
 def cmd_latency(args: argparse.Namespace) -> dict[str, Any]:
@@ -972,7 +963,7 @@ def main() -> None:
     p.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4])
     args = p.parse_args()
     if args.what == "floor-responder":
-        _uvloop_run(floor_responder(args.nats_url, "core" if args.floor_kind == "core" else "js"))
+        run_event_loop(floor_responder(args.nats_url, "core" if args.floor_kind == "core" else "js"))
         return
     result = globals()[f"cmd_{args.what.replace('-', '_')}"](args)
     if args.out:

@@ -12,8 +12,6 @@ moment of the machine's load: their difference is the hop and nothing else.
 from __future__ import annotations
 
 import asyncio
-import gc
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -24,16 +22,15 @@ async def run(argv: Sequence[str]) -> int:
     from sift_server.api.app import create_app
     from sift_server.cli import build_parser
     from sift_server.cluster.cli import worker_setup
-    from sift_server.cluster.worker import StreamWorker
-    from sift_server.server import DrainingServer, uvicorn_config
+    from sift_server.cluster.worker import StreamWorker, served_models
+    from sift_server.server import DrainingServer, configure_logging, uvicorn_config
 
     setup = worker_setup(build_parser().parse_args(["worker", *argv]))
     if setup is None:
         return 2
     settings, options = setup
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    models = list(dict.fromkeys([settings.default_model, *settings.preload]))
-    worker = StreamWorker(settings, options, models)
+    configure_logging(settings)
+    worker = StreamWorker(settings, options, served_models(settings))
     running = asyncio.ensure_future(worker.run())
     while not worker.pullers and not running.done():
         await asyncio.sleep(0.05)  # models loaded, consumers joined
@@ -51,14 +48,11 @@ async def run(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    register()
-    gc.set_threshold(50_000, 50, 1000)  # as sift serve and sift worker do
-    try:
-        import uvloop
+    from sift_server.server import run_event_loop, tune_collector
 
-        return int(uvloop.run(run(argv)))
-    except ImportError:
-        return asyncio.run(run(argv))
+    register()
+    tune_collector()  # as sift serve and sift worker do
+    return run_event_loop(run(argv))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 
@@ -21,6 +21,7 @@ from sift_server.api.state import ServerState
 from sift_server.config import Settings
 
 log = logging.getLogger("sift")
+T = TypeVar("T")
 
 
 # After the grace period the process exits within this much more, whatever is
@@ -149,11 +150,29 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     )
 
 
-def serve(settings: Settings) -> None:
+def configure_logging(settings: Settings) -> None:
+    """The log format and level of every Sift process (serve, gateway, worker)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Fewer, cheaper collections: the model's objects are frozen after load
-    # (registry), so the collector only ever scans request garbage.
+
+
+def tune_collector() -> None:
+    """Fewer, cheaper collections in a process that holds models: their objects are
+    frozen after load (registry), so the collector only ever scans request garbage."""
     gc.set_threshold(50_000, 50, 1000)
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where it is installed (as uvicorn does), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def serve(settings: Settings) -> None:
+    configure_logging(settings)
+    tune_collector()
     if limit_malloc_arenas(settings.malloc_arena_max):
         log.info("malloc arenas capped at %d", settings.malloc_arena_max)
     state = build_state(settings)

@@ -473,9 +473,9 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
 def serve_gateway(settings: Any, options: GatewayOptions) -> None:
     """Run the gateway under uvicorn; SIGTERM: refuse new requests, finish those in flight."""
     from sift_server.api.app import build_state
-    from sift_server.server import DrainingServer, uvicorn_config
+    from sift_server.server import DrainingServer, configure_logging, uvicorn_config
 
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings)
     state = build_state(settings)
     app = create_gateway_app(state, options)
     DrainingServer(uvicorn_config(app, settings), state).run()

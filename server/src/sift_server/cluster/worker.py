@@ -390,19 +390,14 @@ class StreamWorker:
                 log.warning("heartbeat failed: %r", exc)
 
 
+def served_models(settings: Any) -> list[str]:
+    """The models a worker loads and pulls for: the default one, then the preloads."""
+    return list(dict.fromkeys([settings.default_model, *settings.preload]))
+
+
 def run_worker(settings: Any, options: WorkerOptions) -> None:
-    import gc
+    from sift_server.server import configure_logging, run_event_loop, tune_collector
 
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    gc.set_threshold(50_000, 50, 1000)
-    models = list(dict.fromkeys([settings.default_model, *settings.preload]))
-
-    async def main() -> None:
-        await StreamWorker(settings, options, models).run()
-
-    try:
-        import uvloop
-
-        uvloop.run(main())
-    except ImportError:
-        asyncio.run(main())
+    configure_logging(settings)
+    tune_collector()
+    run_event_loop(StreamWorker(settings, options, served_models(settings)).run())
