@@ -14,45 +14,31 @@ import time
 
 import msgpack
 import uvloop
+from raw_http import RawConnection  # scripts/, beside this file
 
 TEXTS = [f"The quick brown fox jumps over the lazy dog number {i}." for i in range(64)]
+HEADERS = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 
 
-def request_bytes(model: str, index: int) -> bytes:
-    body = msgpack.packb({"items": [{"text": TEXTS[index % 64]}]})
-    head = (
-        f"POST /v1/encode/{model} HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
-        f"Accept: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-async def closed_loop(
-    host: str, port: int, model: str, in_flight: int, seconds: float
-) -> tuple[int, float, list[float]]:
-    requests = [request_bytes(model, i) for i in range(64)]
+async def closed_loop(url: str, model: str, in_flight: int, seconds: float) -> tuple[int, float, list[float]]:
+    bodies = [msgpack.packb({"items": [{"text": text}]}) for text in TEXTS]
+    path = f"/v1/encode/{model}"
     count = 0
     latencies: list[float] = []
     stop = time.perf_counter() + seconds
 
     async def client(first: int) -> None:
         nonlocal count
-        reader, writer = await asyncio.open_connection(host, port)
+        connection = RawConnection(url)
         index = first
         while time.perf_counter() < stop:
             sent = time.perf_counter()
-            writer.write(requests[index % 64])
-            head = await reader.readuntil(b"\r\n\r\n")
-            assert head.startswith(b"HTTP/1.1 200"), head
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
+            response = await connection.post(path, bodies[index % 64], HEADERS)
+            assert response.status_code == 200, (response.status_code, response.content[:200])
             latencies.append(time.perf_counter() - sent)
             count += 1
             index += in_flight
-        writer.close()
+        await connection.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(client(k) for k in range(in_flight)))
@@ -62,8 +48,7 @@ async def closed_loop(
 def main() -> None:
     os.sched_setaffinity(0, {1})
     url, model, in_flight, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    host, port = url.split("//")[1].split(":")
-    count, elapsed, latencies = uvloop.run(closed_loop(host, int(port), model, in_flight, seconds))
+    count, elapsed, latencies = uvloop.run(closed_loop(url, model, in_flight, seconds))
     cpu = os.times()
     print(
         f"in_flight={in_flight} requests={count} req/s={count / elapsed:.1f} secs={elapsed:.2f} "
