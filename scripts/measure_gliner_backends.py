@@ -72,7 +72,7 @@ def _adapter(folder: Path, backend: str, precision: str | None, rechoose: bool =
 
 
 def _run(adapter: Any, texts: list[str]) -> Any:
-    from sift_server.adapters._gliner_runtime import spans
+    from sift_server.adapters.backends.gliner import spans
     from sift_server.adapters.base import ExtractTask, Part
 
     prepared = adapter.prepare(ExtractTask(texts=texts, labels=LABELS))
@@ -126,7 +126,7 @@ def auto(args: argparse.Namespace) -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("sift_server.adapters._backends").setLevel(logging.INFO)  # the decision's line
+    logging.getLogger("sift_server.adapters.backends.choice").setLevel(logging.INFO)  # the decision's line
     start = time.perf_counter()
     adapter = _adapter(Path(args.folder), "auto", None, rechoose=args.rechoose)
     print(f"loaded in {time.perf_counter() - start:.1f} s")

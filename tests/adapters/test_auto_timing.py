@@ -18,7 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sift_server.adapters import _backends as backends
+from sift_server.adapters import backends
+from sift_server.adapters.backends import choice as choosing
+from sift_server.adapters.backends import request as vocabulary
+from sift_server.adapters.backends import store as stores
 
 TORCH = backends.REFERENCE
 ONNX = backends.Choice("onnx", "fp32")
@@ -98,7 +101,7 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"weights")
     opened: list[ScriptedRunner] = []
-    monkeypatch.setattr(backends, "available", lambda choice: True)
+    monkeypatch.setattr(vocabulary, "available", lambda choice: True)
     harness = Harness(StubGraph(folder), backends.BackendRequest(backend="auto", cache_dir=tmp_path / "cache"), opened)
     return harness
 
@@ -109,7 +112,7 @@ def script(monkeypatch: pytest.MonkeyPatch, harness: Harness, clock: FakeClock, 
         harness.opened.append(runner)
         return runner
 
-    monkeypatch.setattr(backends, "open_runner", open_runner)
+    monkeypatch.setattr(stores, "open_runner", open_runner)
 
 
 def evaluate(runner: backends.Runner) -> np.ndarray:
@@ -223,7 +226,7 @@ def test_the_decision_records_the_figures_and_logs_them(
 ) -> None:
     clock = FakeClock()
     script(monkeypatch, harness, clock, COSTS)
-    with caplog.at_level(logging.INFO, logger=backends.log.name):
+    with caplog.at_level(logging.INFO, logger=choosing.log.name):
         choose(harness, clock)
     [line] = [r.getMessage() for r in caplog.records if "interleaved rounds" in r.getMessage()]
     assert "backend openvino/bf16" in line
@@ -287,7 +290,7 @@ def test_only_the_reference_passing_is_not_timed(harness: Harness, monkeypatch: 
 @pytest.fixture
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
     # What this process already decided again is module state: start from none.
-    monkeypatch.setattr(backends, "_REDECIDED", set())
+    monkeypatch.setattr(choosing, "_REDECIDED", set())
 
 
 @pytest.mark.usefixtures("fresh_process")

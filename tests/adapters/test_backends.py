@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sift_server.adapters import _artifacts as artifacts
-from sift_server.adapters import _backends as backends
+from sift_server.adapters import backends
+from sift_server.adapters.backends import artifacts
+from sift_server.adapters.backends import store as stores
 from sift_server.adapters.base import EncodeTask, LoadContext, Part, ScoreTask
 from sift_server.adapters.cross_encoder import CrossEncoderAdapter
 from sift_server.adapters.sentence_embedder import SentenceEmbedderAdapter
@@ -194,7 +195,7 @@ def mismatching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         runner = real(graph, choice, request, store)
         return runner if choice == backends.REFERENCE else Perturbed(runner)
 
-    monkeypatch.setattr(backends, "open_runner", open_runner)
+    monkeypatch.setattr(stores, "open_runner", open_runner)
     yield
 
 

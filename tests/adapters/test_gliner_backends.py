@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from sift_server.adapters import _backends as backends
-from sift_server.adapters import _gliner_runtime as runtimes
+from sift_server.adapters import backends
+from sift_server.adapters.backends import gliner as runtimes
 from sift_server.adapters.base import ExtractTask, LoadContext, Part
 from sift_server.adapters.gliner_extractor import GlinerAdapter
 from tests.adapters.conftest import serving_one_entry
@@ -92,7 +92,7 @@ def test_gliner_export_folder_holds_what_from_pretrained_needs(gliner_dir: Path,
 
 
 def artifacts_verify(folder: Path) -> bool:
-    from sift_server.adapters import _artifacts as artifacts
+    from sift_server.adapters.backends import artifacts
 
     return artifacts.verify(folder)
 
@@ -100,11 +100,11 @@ def artifacts_verify(folder: Path) -> bool:
 def test_gliner_first_export_logs_progress_and_a_hit_loads_directly(
     gliner_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="sift_server.adapters._artifacts"):
+    with caplog.at_level(logging.INFO, logger="sift_server.adapters.backends.artifacts"):
         GlinerAdapter.load(context(gliner_dir, tmp_path, "onnx", "fp32"))
     assert any("exporting" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="sift_server.adapters._artifacts"):
+    with caplog.at_level(logging.INFO, logger="sift_server.adapters.backends.artifacts"):
         GlinerAdapter.load(context(gliner_dir, tmp_path, "onnx", "fp32"))
     messages = [r.getMessage() for r in caplog.records]
     assert any("using cached" in m for m in messages)

@@ -1,7 +1,7 @@
 """The fixed probe set ``auto`` compares backends on: varied lengths, casing,
 punctuation, digits and a little non-English text, so a backend that only
 agrees on easy inputs does not pass. Changing it changes
-``_backends.PROBE_VERSION``."""
+``backends.PROBE_VERSION``."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ PROBE_QUERY = "how do plants make energy from sunlight"
 BATCH = 8
 
 # GLiNER's probe: texts with names, places, organisations and dates in them (and a
-# few without), and the labels asked for. ``_gliner_runtime.PROBE_VERSION`` names it.
+# few without), and the labels asked for. ``backends.gliner.PROBE_VERSION`` names it.
 GLINER_PROBE_TEXTS: tuple[str, ...] = (
     PROBE_TEXTS[4],  # Apollo 11, Neil Armstrong, Buzz Aldrin, 1969
     "Ada Lovelace worked with Charles Babbage in London on the Analytical Engine.",

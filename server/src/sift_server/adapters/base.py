@@ -103,7 +103,7 @@ class LoadContext:
     """What an adapter needs to load: a resolved local folder and its options.
 
     ``backend``/``precision``/``tolerance`` come from the catalog entry (see
-    ``adapters/_backends.py``); a bare context runs PyTorch fp32 without
+    ``adapters/backends/``); a bare context runs PyTorch fp32 without
     probing (tests load their references that way), the catalog's default is
     ``auto``; a ``precision`` of None leaves the precision to choose. ``torch_threads`` is the thread count of
     every backend, not only PyTorch's. ``rechoose_backend``: ``auto`` decides again instead of

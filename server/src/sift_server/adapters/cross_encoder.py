@@ -13,7 +13,7 @@ to 0..1 instead, which equals ``CrossEncoder``'s default for one-label models.
 The request ``instruction`` is ignored: BERT-style cross-encoders have no
 instruction slot.
 
-The network runs on the entry's backend (``_backends``: PyTorch, ONNX Runtime or
+The network runs on the entry's backend (``backends``: PyTorch, ONNX Runtime or
 OpenVINO); ``auto`` keeps a backend only when its scores on the probe pairs are
 within the entry's tolerance of PyTorch fp32's.
 """
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sift_server.adapters import _backends as backends
+from sift_server.adapters import backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import select_device, tokenizer_limit
@@ -126,15 +126,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
         max_length = _effective_max_length(ctx.max_sequence_length, tokenizer, config)
-        request = backends.BackendRequest(
-            backend=ctx.backend,
-            precision=ctx.precision,
-            tolerance=ctx.tolerance,
-            cache_dir=ctx.cache_dir,
-            threads=ctx.torch_threads,
-            rechoose=ctx.rechoose_backend,
-            device=str(device),
-        )
+        request = backends.request_for(ctx, str(device))
         names = tuple(tokenizer.model_input_names)
         probe = tokenizer(
             [PROBE_QUERY] * len(PROBE_TEXTS), list(PROBE_TEXTS), truncation="only_second", max_length=max_length

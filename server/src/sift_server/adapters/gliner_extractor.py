@@ -12,7 +12,7 @@ with ``batch_size`` equal to the number of texts, so the fused batch is one
 encoder forward.
 
 The GLiNER it calls is PyTorch's or one whose graph runs on ONNX Runtime or
-OpenVINO (``_gliner_runtime``): the entry's ``backend``; ``auto`` keeps a
+OpenVINO (``backends.gliner``): the entry's ``backend``; ``auto`` keeps a
 runtime only when its spans on the probe set are PyTorch fp32's.
 """
 
@@ -25,8 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sift_server.adapters import _backends as backends
-from sift_server.adapters import _gliner_runtime as runtimes
+from sift_server.adapters import backends
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -37,6 +36,7 @@ from sift_server.adapters._extract_common import (
 )
 from sift_server.adapters._probes import BATCH, GLINER_PROBE_LABELS, GLINER_PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
+from sift_server.adapters.backends import gliner as runtimes
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -115,15 +115,7 @@ class GlinerAdapter(Adapter):
         multi_label = catalog_flag(ctx.options, "multi_label", False)
         backend, precision = _runnable(ctx.backend, ctx.precision)
         device = select_device(ctx.options) if backend in ("auto", "torch") else None
-        request = backends.BackendRequest(
-            backend=backend,
-            precision=precision,
-            tolerance=ctx.tolerance,
-            cache_dir=ctx.cache_dir,
-            threads=ctx.torch_threads,
-            rechoose=ctx.rechoose_backend,
-            device=str(device or "cpu"),
-        )
+        request = backends.request_for(ctx, str(device or "cpu"), backend=backend, precision=precision)
 
         def evaluate(candidate: runtimes.GlinerBackend) -> runtimes.Spans:
             found = candidate.model.inference(

@@ -2,7 +2,7 @@
 
 Tokenization happens per request in ``prepare`` (no padding: the real token
 counts are the batch cost); ``forward`` pads the whole batch once, runs the
-transformer on the entry's backend (``_backends``: PyTorch, ONNX Runtime or
+transformer on the entry's backend (``backends``: PyTorch, ONNX Runtime or
 OpenVINO) and pools and normalizes in numpy, the same for every backend.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from sift_server.adapters import _backends as backends
+from sift_server.adapters import backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
@@ -115,15 +115,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         max_length = int(ctx.max_sequence_length or st_config.get("max_seq_length") or 512)
         tokenizer = load_tokenizer(folder)
         normalize = bool(options.get("normalize", True))
-        request = backends.BackendRequest(
-            backend=ctx.backend,
-            precision=ctx.precision,
-            tolerance=ctx.tolerance,
-            cache_dir=ctx.cache_dir,
-            threads=ctx.torch_threads,
-            rechoose=ctx.rechoose_backend,
-            device=_device(options, ctx.backend),
-        )
+        request = backends.request_for(ctx, _device(options, ctx.backend))
         probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
         pad_id = tokenizer.pad_token_id
 

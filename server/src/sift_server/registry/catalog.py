@@ -82,7 +82,7 @@ class ModelSpec(BaseModel):
     tasks: list[TaskName] = Field(min_length=1)
     max_sequence_length: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
-    # Where the forward runs (adapters/_backends.py): auto picks the fastest backend
+    # Where the forward runs (adapters/backends/): auto picks the fastest backend
     # whose probe outputs match PyTorch fp32 within ``tolerance`` (min cosine for
     # embeddings, relative score difference for rerankers); int8 is opt-in only.
     backend: Literal["auto", "torch", "onnx", "openvino"] = "auto"

@@ -8,7 +8,7 @@ loads such a folder with ``GLiNER.from_pretrained(folder, runtime=...)``;
 decoding and hands only the graph to the runtime. So the adapter's code is the
 same whatever runs, and this module only decides which model object it holds:
 
-- :class:`GlinerGraph` is the model as ``_backends`` sees it: its torch module is
+- :class:`GlinerGraph` is the model as ``backends`` sees it: its torch module is
   the whole GLiNER, and its export hooks call the library's exporter, so exports
   land in Sift's artifact cache keyed like every other adapter's (content hash,
   backend, precision, library versions, plus gliner's version).
@@ -31,8 +31,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sift_server.adapters import _backends as backends
 from sift_server.adapters._torch_runtime import module_bytes, release_module
+from sift_server.adapters.backends.request import REFERENCE, BackendRequest, Choice
+from sift_server.adapters.backends.runtimes import (
+    onnx_session_options,
+    openvino_config,
+    openvino_module,
+    openvino_precision,
+)
+from sift_server.adapters.backends.seam import Backend, Graph
+from sift_server.adapters.backends.store import Artifacts
 
 if TYPE_CHECKING:
     import torch
@@ -45,13 +53,12 @@ PROBE_VERSION = "1"
 # Scores are probabilities (0..1): the largest score difference a candidate may show
 # on a span both found. Float32 runtimes differ from PyTorch by ~1e-6 here.
 DEFAULT_SCORE_TOLERANCE = 1e-3
-Choice = backends.Choice
 # What GLiNER runs: PyTorch at fp32 only (the library's collator and decoder work in
 # fp32), the exported graph at fp32 on either runtime, OpenVINO's bf16 hint, and
 # ONNX Runtime dynamic int8 when an operator names it.
 SUPPORTED = frozenset(
     {
-        backends.REFERENCE,
+        REFERENCE,
         Choice("onnx", "fp32"),
         Choice("onnx", "int8"),
         Choice("openvino", "fp32"),
@@ -74,7 +81,7 @@ def gliner_version() -> str:
         return "absent"
 
 
-class GlinerGraph(backends.Graph):
+class GlinerGraph(Graph):
     """A GLiNER folder; ``module()`` is the PyTorch GLiNER (the reference)."""
 
     kind = KIND
@@ -112,7 +119,7 @@ class GlinerGraph(backends.Graph):
         return {"gliner": gliner_version()}
 
 
-class GlinerBackend(backends.Backend):
+class GlinerBackend(Backend):
     """A loaded GLiNER (``model``), PyTorch- or runtime-backed, as ``auto`` sees it."""
 
     def __init__(
@@ -146,9 +153,7 @@ class GlinerBackend(backends.Backend):
         return {**super().describe(), **self._threads}
 
 
-def open_gliner(
-    graph: backends.Graph, choice: Choice, request: backends.BackendRequest, store: backends.Artifacts | None
-) -> GlinerBackend:
+def open_gliner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> GlinerBackend:
     """Open ``choice`` for ``graph`` (exporting into ``store`` when its artifact is missing)."""
     assert isinstance(graph, GlinerGraph)
     if choice.backend == "torch":
@@ -163,21 +168,21 @@ def open_gliner(
             local_files_only=True,
             runtime="onnxruntime",
             runtime_model_file="model.onnx",
-            session_options=backends.onnx_session_options(request.threads),
+            session_options=onnx_session_options(request.threads),
         )
         threads = {"intra_op_threads": request.threads, "inter_op_threads": 1}
         return GlinerBackend(model, choice, choice.precision, [folder / "model.onnx"], threads)
     if choice.backend == "openvino":
         folder = store.openvino()
-        core = backends.openvino_module().Core()
+        core = openvino_module().Core()
         model = GLiNER.from_pretrained(
             str(folder),
             local_files_only=True,
             runtime="openvino",
             runtime_model_file="model.xml",
-            runtime_options={"core": core, "config": backends.openvino_config(request.threads, choice.precision)},
+            runtime_options={"core": core, "config": openvino_config(request.threads, choice.precision)},
         )
-        effective = backends.openvino_precision(model.model.compiled_model)
+        effective = openvino_precision(model.model.compiled_model)
         files = [folder / "model.xml", folder / "model.bin"]
         return GlinerBackend(model, choice, effective, files, {"inference_num_threads": request.threads})
     raise ValueError(f"unknown backend {choice.backend!r}")
