@@ -43,3 +43,8 @@ GLINER_PROBE_TEXTS: tuple[str, ...] = (
     PROBE_TEXTS[13],
 )
 GLINER_PROBE_LABELS: tuple[str, ...] = ("person", "location", "organization", "date")
+
+# GLiClass's probe: the general texts above against topic labels, so the scores spread
+# out and a candidate that reorders two close labels is caught.
+# ``backends.gliclass.PROBE_VERSION`` names it.
+GLICLASS_PROBE_LABELS: tuple[str, ...] = ("science", "travel", "technology", "history", "language", "weather")

@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from sift_server.adapters import backends
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -37,13 +40,9 @@ from sift_server.adapters._extract_common import (
     reject_options,
     resolve_labels,
 )
-from sift_server.adapters._torch_runtime import (
-    configure_threads,
-    module_bytes,
-    release_module,
-    select_device,
-    tokenizer_limit,
-)
+from sift_server.adapters._probes import GLICLASS_PROBE_LABELS, PROBE_TEXTS
+from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
+from sift_server.adapters.backends import gliclass as runtimes
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -84,9 +83,16 @@ class GliClassAdapter(Adapter):
     """Classifies each text against the request's labels (or each of its label groups)."""
 
     def __init__(
-        self, pipeline: Any, tokenizer: PreTrainedTokenizerBase, options: Mapping[str, Any], max_tokens: int
+        self,
+        pipeline: Any,
+        backend: backends.Runner,
+        tokenizer: PreTrainedTokenizerBase,
+        options: Mapping[str, Any],
+        max_tokens: int,
+        runtime: dict[str, Any] | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self.backend = backend
         self.model = pipeline.pipe.model
         # Catalog defaults, checked here so a bad entry fails its load. The
         # reference lists every label by default (threshold 0).
@@ -97,37 +103,64 @@ class GliClassAdapter(Adapter):
         # on the event loop: prepare owns a copy of the fast tokenizer.
         self._tokenizer: PreTrainedTokenizerBase = copy.deepcopy(tokenizer)
         self._architecture = str(self.model.config.architecture_type)
-        self.device = self.model.device
         self.info = AdapterInfo(
             tasks=frozenset({"extract"}),
             inputs=("text",),
             outputs=("classifications",),
             max_sequence_length=max_tokens,
+            runtime=runtime or backend.describe(),
         )
 
     @classmethod
     def load(cls, ctx: LoadContext) -> GliClassAdapter:
-        from gliclass import GLiClassModel, ZeroShotClassificationPipeline
+        from gliclass import GLiClassModelConfig, ZeroShotClassificationPipeline
         from transformers import AutoTokenizer
 
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
-        model = GLiClassModel.from_pretrained(ctx.path, local_files_only=True)
-        model.to(device)
-        model.eval()
+        config = GLiClassModelConfig.from_pretrained(ctx.path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
-        encoder_config = model.config.encoder_config.get_text_config()
-        positions = getattr(encoder_config, "max_position_embeddings", None)
+        positions = getattr(config.encoder_config.get_text_config(), "max_position_embeddings", None)
         max_tokens = tokenizer_limit(tokenizer, ctx.max_sequence_length, positions)
+        graph = runtimes.GliClassGraph(ctx.path, tokenizer.model_input_names)
+        # The pipeline renders and tokenizes for every backend; what it calls for
+        # logits is set once the backend is chosen.
+        stand_in = runtimes.RunnerModel(config, graph.token_inputs)
         pipeline = ZeroShotClassificationPipeline(
-            model,
+            stand_in,
             tokenizer,
             max_length=max_tokens,
             classification_type="multi-label",  # overridden per text in forward
-            device=str(device),
+            device="cpu",
             progress_bar=False,
         )
-        return cls(pipeline, tokenizer, ctx.options, max_tokens)
+        single_label = _catalog_single_label(ctx.options)
+        labels = list(GLICLASS_PROBE_LABELS)
+        probe = pipeline.pipe.prepare_inputs(list(PROBE_TEXTS), labels, same_labels=True)
+
+        def evaluate(runner: backends.Runner) -> np.ndarray:
+            logits = runner(runtimes.feed(probe, graph.token_inputs, len(labels)))
+            return runtimes.probabilities(logits, len(labels), single_label)
+
+        tolerance = ctx.tolerance or runtimes.DEFAULT_SCORE_TOLERANCE
+        backend, precision = backends.torch_fp32_only("gliclass", ctx.backend, ctx.precision)
+        exported = runtimes.exportable(config) and device.type == "cpu"
+        runner, runtime = backends.choose_backend(
+            graph,
+            backends.request_for(ctx, str(device), backend=backend, precision=precision),
+            evaluate,
+            runtimes.rank_agreement(tolerance),
+            tolerance,
+            backends.open_runner,
+            supported=runtimes.SUPPORTED if exported else {backends.REFERENCE},
+            probe_key=f"{runtimes.PROBE_VERSION}:{runtimes.gliclass_version()}:{single_label}:{max_tokens}",
+        )
+        if isinstance(runner, backends.TorchRunner):
+            pipeline.pipe.model = runner.base_model()
+            pipeline.pipe.device = runner.device
+        else:
+            stand_in.runner = runner
+        return cls(pipeline, runner, tokenizer, ctx.options, max_tokens, runtime)
 
     def prepare(self, task: TaskInput) -> Prepared:
         if not isinstance(task, ExtractTask):
@@ -182,10 +215,10 @@ class GliClassAdapter(Adapter):
         return outputs
 
     def memory_bytes(self) -> int:
-        return module_bytes(self.model)
+        return self.backend.memory_bytes()
 
     def close(self) -> None:
-        release_module(self.model, self.device)
+        self.backend.close()
 
     def _forward_group(self, parts: Sequence[Part]) -> list[list[dict[str, Any]]]:
         """One pipeline call over every (text, label set) row of the parts; the

@@ -113,7 +113,7 @@ class GlinerAdapter(Adapter):
         threshold = catalog_threshold(ctx.options, DEFAULT_THRESHOLD)
         flat_ner = catalog_flag(ctx.options, "flat_ner", True)
         multi_label = catalog_flag(ctx.options, "multi_label", False)
-        backend, precision = _runnable(ctx.backend, ctx.precision)
+        backend, precision = backends.torch_fp32_only("gliner", ctx.backend, ctx.precision)
         device = select_device(ctx.options) if backend in ("auto", "torch") else None
         request = backends.request_for(ctx, str(device or "cpu"), backend=backend, precision=precision)
 
@@ -261,15 +261,6 @@ class GlinerAdapter(Adapter):
                 max_tokens=self.max_tokens,
             )
         return text[: words[keep - 1][2]], ends[n_prompt + keep - 1] + trailing
-
-
-def _runnable(backend: str, precision: str | None) -> tuple[str, str | None]:
-    """The request with PyTorch at a reduced precision (``--backend torch:bf16``
-    for every entry) replaced by PyTorch fp32, the only PyTorch GLiNER runs here."""
-    if backend == "torch" and precision not in (None, "fp32"):
-        log.warning("gliner runs PyTorch at fp32 only; ignoring precision %s", precision)
-        return backend, "fp32"
-    return backend, precision
 
 
 def _word_token_ends(word_ids: Iterable[int | None], n_words: int) -> list[int]:

@@ -41,6 +41,7 @@ from sift_server.adapters.backends.request import (
     candidates,
     is_explicit,
     request_for,
+    torch_fp32_only,
 )
 from sift_server.adapters.backends.runners import OnnxRunner, OpenVinoRunner, TorchRunner
 from sift_server.adapters.backends.runtimes import (
@@ -107,4 +108,5 @@ __all__ = [
     "summary",
     "time_rounds",
     "timing_order",
+    "torch_fp32_only",
 ]

@@ -5,12 +5,15 @@ to choose from."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from sift_server.adapters.base import LoadContext
+
+log = logging.getLogger(__name__)
 
 BackendName = Literal["auto", "torch", "onnx", "openvino"]
 PrecisionName = Literal["fp32", "bf16", "fp16", "int8"]
@@ -115,3 +118,13 @@ def request_for(
         rechoose=ctx.rechoose_backend,
         device=device,
     )
+
+
+def torch_fp32_only(kind: str, backend: str, precision: str | None) -> tuple[str, str | None]:
+    """The request with PyTorch at a reduced precision (``--backend torch:bf16``
+    for every entry) replaced by PyTorch fp32, for models whose library runs
+    PyTorch at fp32 only (the extractors)."""
+    if backend == "torch" and precision not in (None, "fp32"):
+        log.warning("%s runs PyTorch at fp32 only; ignoring precision %s", kind, precision)
+        return backend, "fp32"
+    return backend, precision
