@@ -34,7 +34,7 @@ CHOICES = [("torch", "fp32"), ("onnx", "fp32"), ("openvino", "fp32"), ("openvino
 def _folder(root: str) -> tuple[Path, list[str]]:
     from sift_bench.heads import build
 
-    _, catalog, labels = build("gliclass", Path(root))
+    _, _, labels = build("gliclass", Path(root))
     return Path(root) / "gliclass-minilm", labels
 
 
@@ -65,10 +65,7 @@ def _run(adapter: Any, texts: list[str], labels: list[str]) -> list[list[tuple[s
 def _compare(got: list[Any], reference: list[Any]) -> dict[str, Any]:
     same = [[c[0] for c in a] == [c[0] for c in b] for a, b in zip(got, reference, strict=True)]
     diffs = [
-        abs(x[1] - y[1])
-        for a, b, ok in zip(got, reference, same, strict=True)
-        if ok
-        for x, y in zip(a, b, strict=True)
+        abs(x[1] - y[1]) for a, b, ok in zip(got, reference, same, strict=True) if ok for x, y in zip(a, b, strict=True)
     ]
     return {"texts_with_identical_order": sum(same), "texts": len(same), "max_score_diff": max(diffs, default=0.0)}
 

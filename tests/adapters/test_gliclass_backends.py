@@ -101,6 +101,20 @@ def test_gliclass_export_is_cached_and_keyed_by_the_slot_axis(gliclass_dir: Path
     assert (folder / "model.onnx").stat().st_mtime_ns == mtime  # reused, not exported again
 
 
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_gliclass_cache_hit_never_builds_the_pytorch_model(
+    gliclass_dir: Path, gliclass_cache: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    exported = classify(GliClassAdapter.load(context(gliclass_dir, gliclass_cache, backend, "fp32")))
+
+    def refuse(self: runtimes.GliClassGraph) -> Any:
+        raise AssertionError("the PyTorch model was built on a cache hit")
+
+    monkeypatch.setattr(runtimes.GliClassGraph, "build_module", refuse)
+    again = GliClassAdapter.load(context(gliclass_dir, gliclass_cache, backend, "fp32"))
+    assert classify(again) == exported
+
+
 def test_gliclass_threads_are_explicit(gliclass_dir: Path, gliclass_cache: Path) -> None:
     onnx = GliClassAdapter.load(context(gliclass_dir, gliclass_cache, "onnx", "fp32"))
     runner = onnx.backend
