@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KIND = "gliner"
-# Part of the decision key: changing the probe texts, labels or rule decides again.
-PROBE_VERSION = "1"
+# Part of the decision key: changing the probe texts, labels or rule decides again
+# (2: OpenVINO's IR got its LSTM rewrite, so decisions made on the old IR are redone).
+PROBE_VERSION = "2"
 # Scores are probabilities (0..1): the largest score difference a candidate may show
 # on a span both found. Float32 runtimes differ from PyTorch by ~1e-6 here.
 DEFAULT_SCORE_TOLERANCE = 1e-3

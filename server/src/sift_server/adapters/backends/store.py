@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sift_server.adapters.backends import artifacts
-from sift_server.adapters.backends.openvino_ir import convert_openvino
+from sift_server.adapters.backends.openvino_ir import IR_REWRITES, convert_openvino
 from sift_server.adapters.backends.quantize import quantize_int8
 from sift_server.adapters.backends.request import BackendRequest, Choice
 from sift_server.adapters.backends.runners import OnnxRunner, OpenVinoRunner, TorchRunner
@@ -55,7 +55,7 @@ class Artifacts:
         return artifacts.ensure_artifact(
             self.cache,
             "openvino",
-            self._parts("openvino", "fp32"),
+            {**self._parts("openvino", "fp32"), "rewrites": IR_REWRITES},
             self._convert_openvino,
             what,
         )
