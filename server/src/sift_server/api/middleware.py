@@ -12,7 +12,7 @@ From the outside in (``install_front_door`` stacks them):
 
 Health probes pass every layer untouched. A refusal is a domain error
 (``sift_server.errors``) rendered by the envelope of the path's API family
-(``api.errors.envelope_for_path``), like every other error.
+(``core.envelopes.envelope_for_path``), like every other error.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sift_server.api.errors import OPENAI_PATH, envelope_for_path
 from sift_server.api.native import serve_native
-from sift_server.api.state import ServerState
+from sift_server.core.endpoints import NATIVE_PREFIXES
+from sift_server.core.envelopes import OPENAI_PATH, envelope_for_path
+from sift_server.core.state import ServerState
 from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthorized
 from sift_server.service.common import split_profile
 
 PROBES = frozenset({"/healthz", "/livez", "/readyz"})
-NATIVE_PREFIXES = ("/v1/encode/", "/v1/score/", "/v1/extract/")
 
 
 def _gated(scope: Scope) -> bool:
