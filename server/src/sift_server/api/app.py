@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
 from sift_server import __version__
 from sift_server.api import health, models, native, openai
 from sift_server.api.errors import routing_error
-from sift_server.api.middleware import install_front_door
+from sift_server.api.middleware import FRONT_DOOR
 from sift_server.composition import build_state
 from sift_server.core.state import ServerState
 
@@ -20,6 +21,19 @@ from sift_server.core.state import ServerState
 __all__ = ["build_state", "create_app"]
 
 log = logging.getLogger(__name__)
+
+
+class SiftApp(FastAPI):
+    """FastAPI with the front door outermost: a work POST passes the front door's
+    checks and is answered by its last layer (NativeRoutes) before FastAPI's own
+    layers (error page, telemetry, body limit) and router, which serve everything
+    else. An exception escaping the work path is answered 500 by the HTTP server."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        app = super().build_middleware_stack()
+        for layer in FRONT_DOOR:  # innermost first
+            app = layer(app, state=self.state.sift)
+        return app
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -35,7 +49,7 @@ def create_app(state: ServerState) -> FastAPI:
             state.draining = True
             await state.registry.close(state.settings.shutdown_grace_s)
 
-    app = FastAPI(
+    app = SiftApp(
         title="Sift",
         version=__version__,
         description="Inference server for embedders, rerankers and zero-shot extractors (SIE v1 wire protocol).",
@@ -45,5 +59,4 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, routing_error)
     for module in (native, openai, models, health):
         app.include_router(module.router)
-    install_front_door(app, state, answer_native=True)
     return app

@@ -7,7 +7,7 @@ From the outside in (``install_front_door`` stacks them):
 * ``BodyLimit``: 413 from the declared Content-Length, before the body is read;
 * ``IngressCount``: counts a native request for its model the moment its
   headers arrive, before its body is read (the adaptive policy learns from it);
-* ``NativeRoutes``: answers the native POST routes directly
+* ``NativeRoutes``: answers the work POSTs (native and OpenAI) directly
   (``api.native.serve_native``) rather than through FastAPI's router.
 
 Health probes pass every layer untouched. A refusal is a domain error
@@ -136,15 +136,15 @@ class IngressCount:
 
 
 class NativeRoutes:
-    """``sift serve``'s native POSTs answered from its registry; anything else
-    (other methods, the OpenAPI routes) goes on to FastAPI."""
+    """``sift serve``'s work POSTs (native and OpenAI) answered from its registry;
+    anything else (other methods, the OpenAPI routes) goes on to FastAPI."""
 
     def __init__(self, app: ASGIApp, state: ServerState) -> None:
         self.app = app
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _native(scope) and await serve_native(scope, receive, send, self.state):
+        if scope["type"] == "http" and await serve_native(scope, receive, send, self.state):
             return
         await self.app(scope, receive, send)
 

@@ -7,27 +7,26 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from sift_server.api.respond import respond
-from sift_server.core.endpoints import ENCODE, EXTRACT, SCORE, native_route
+from sift_server.api.respond import answer, respond, send_reply
+from sift_server.core.endpoints import ENCODE, EXTRACT, SCORE, route
 from sift_server.core.state import ServerState
 
 router = APIRouter()
 
 
 async def serve_native(scope: Scope, receive: Receive, send: Send, state: ServerState) -> bool:
-    """Answer a native POST straight from the ASGI scope, without FastAPI's
-    routing, dependency solving and exception-middleware layers (about a fifth
-    of the event loop's time per request on a small model). The routes below
-    stay registered (OpenAPI, other methods' 405) and run the same ``respond``.
-    Returns False when the scope is not a native POST (nothing was sent)."""
+    """Answer a work POST (native or OpenAI) straight from the ASGI scope, without
+    FastAPI's routing, dependency solving and exception-middleware layers or
+    Starlette's request and response objects. The routes stay registered
+    (OpenAPI, other methods' 405) and give the same answers through ``respond``.
+    Returns False when the scope is not a work POST (nothing was sent)."""
     if scope["method"] != "POST":
         return False
-    target = native_route(scope["path"])
+    target = route(scope["path"])
     if target is None:
         return False
     endpoint, model = target
-    response = await respond(Request(scope, receive), state, endpoint, model)
-    await response(scope, receive, send)
+    await send_reply(send, await answer(state, endpoint, model, scope, receive))
     return True
 
 
