@@ -19,7 +19,25 @@ import msgpack
 import uvloop
 from raw_http import RawConnection  # scripts/, beside this file
 
-WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars fall into quiet water".split()
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "bright",
+    "stars",
+    "fall",
+    "into",
+    "quiet",
+    "water",
+]
 
 
 def sentences(count: int = 64, seed: int = 0) -> list[str]:
