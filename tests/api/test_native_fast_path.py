@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgpack
@@ -142,3 +143,34 @@ async def test_front_door_without_the_fast_path_leaves_native_posts_to_the_app()
     async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
         response = await client.post("/v1/encode/some/model", json={"items": [{"text": "x"}]})
     assert response.status_code == 204 and reached == ["/v1/encode/some/model"]
+
+
+async def test_openai_posts_take_the_fast_path_with_the_routes_answers(
+    app_client: tuple[httpx.AsyncClient, ServerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = app_client
+    taken: list[str] = []
+    original = native.serve_native
+
+    async def spy(scope: Any, receive: Any, send: Any, state: Any) -> bool:
+        answered = await original(scope, receive, send, state)
+        if answered:
+            taken.append(scope["path"])
+        return answered
+
+    monkeypatch.setattr("sift_server.api.middleware.serve_native", spy)
+    good = {"model": TINY_EMBEDDER, "input": ["a", "b"], "encoding_format": "base64"}
+    bad = {"model": TINY_EMBEDDER, "input": []}
+    fast = [await client.post("/v1/embeddings", json=body) for body in (good, bad)]
+    assert taken == ["/v1/embeddings", "/v1/embeddings"]
+
+    async def decline(*args: object) -> bool:
+        return False
+
+    monkeypatch.setattr("sift_server.api.middleware.serve_native", decline)
+    routed = [await client.post("/v1/embeddings", json=body) for body in (good, bad)]
+    for one, other in zip(fast, routed, strict=True):
+        assert (one.status_code, one.json()) == (other.status_code, other.json())
+        assert one.headers["content-type"] == other.headers["content-type"] == "application/json"
+    assert fast[0].status_code == 200 and len(fast[0].json()["data"]) == 2
+    assert fast[1].status_code == 400 and fast[1].json()["error"]["code"] == "invalid_request"
