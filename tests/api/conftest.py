@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sift_server.api.app import build_state, create_app
+from sift_server.api.app import create_app
+from sift_server.composition import build_state
 from sift_server.config import Settings
 from sift_server.registry.catalog import Catalog
 from tests.api.inprocess import Client, MakeClient

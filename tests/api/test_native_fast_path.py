@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgpack
 import pytest
 
 from sift_server.api import native
-from sift_server.api.app import build_state
 from sift_server.api.state import ServerState
+from sift_server.composition import build_state
 from sift_server.config import Settings
+from sift_server.core import endpoints, serve
 from sift_server.engine.trace import ForwardRecord, JsonlTrace
 from sift_server.metrics import Metrics
 from tests.api.inprocess import Client, MakeClient
@@ -65,7 +67,7 @@ async def test_errors_and_other_methods_keep_their_envelopes(app_client: tuple[h
     missing = await client.post("/v1/score/no/such-model", json={"query": {"text": "q"}, "items": [{"text": "x"}]})
     assert missing.status_code == 404 and missing.json()["detail"]["code"] == "MODEL_NOT_FOUND"
     wrong_method = await client.get(f"/v1/encode/{TINY_EMBEDDER}")
-    assert wrong_method.status_code == 405 and wrong_method.json() == {"detail": "Method Not Allowed"}
+    assert wrong_method.status_code == 405 and wrong_method.json()["detail"]["code"] == "METHOD_NOT_ALLOWED"
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert {"/v1/encode/{model}", "/v1/score/{model}", "/v1/extract/{model}"} <= set(paths)
 
@@ -80,15 +82,18 @@ async def test_fast_path_counts_requests_in_metrics(app_client: tuple[httpx.Asyn
     assert f'sie_requests_total{{endpoint="encode",model="{TINY_EMBEDDER}",status="400"}} 1.0' in metrics
 
 
-def test_endpoint_of_reads_the_model_from_the_rest_of_the_path() -> None:
-    assert native.endpoint_of("/v1/encode/org/name:profile")[:2] == ("org/name:profile", "encode")  # type: ignore[index]
-    assert native.endpoint_of("/v1/extract/x")[1] == "extract"  # type: ignore[index]
-    assert native.endpoint_of("/v1/models/x") is None
-    assert native.endpoint_of("/v1/encode") is None
+def test_the_endpoint_table_reads_the_model_from_the_rest_of_the_path() -> None:
+    assert endpoints.native_route("/v1/encode/org/name:profile") == (endpoints.ENCODE, "org/name:profile")
+    assert endpoints.native_route("/v1/extract/x") == (endpoints.EXTRACT, "x")
+    assert endpoints.native_route("/v1/models/x") is None
+    assert endpoints.native_route("/v1/encode") is None
+    assert endpoints.native_route("/v1/embeddings") is None
+    assert endpoints.route("/v1/embeddings") == (endpoints.EMBEDDINGS, "")
+    assert endpoints.route("/v1/score/m") == (endpoints.SCORE, "m")
 
 
 def test_generated_request_ids_are_unique_lowercase_hex() -> None:
-    ids = {native.new_request_id() for _ in range(1000)}
+    ids = {serve.new_request_id() for _ in range(1000)}
     assert len(ids) == 1000
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
 
@@ -138,3 +143,34 @@ async def test_front_door_without_the_fast_path_leaves_native_posts_to_the_app()
     async with httpx.AsyncClient(transport=transport, base_url="http://sift") as client:
         response = await client.post("/v1/encode/some/model", json={"items": [{"text": "x"}]})
     assert response.status_code == 204 and reached == ["/v1/encode/some/model"]
+
+
+async def test_openai_posts_take_the_fast_path_with_the_routes_answers(
+    app_client: tuple[httpx.AsyncClient, ServerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = app_client
+    taken: list[str] = []
+    original = native.serve_native
+
+    async def spy(scope: Any, receive: Any, send: Any, state: Any) -> bool:
+        answered = await original(scope, receive, send, state)
+        if answered:
+            taken.append(scope["path"])
+        return answered
+
+    monkeypatch.setattr("sift_server.api.middleware.serve_native", spy)
+    good = {"model": TINY_EMBEDDER, "input": ["a", "b"], "encoding_format": "base64"}
+    bad = {"model": TINY_EMBEDDER, "input": []}
+    fast = [await client.post("/v1/embeddings", json=body) for body in (good, bad)]
+    assert taken == ["/v1/embeddings", "/v1/embeddings"]
+
+    async def decline(*args: object) -> bool:
+        return False
+
+    monkeypatch.setattr("sift_server.api.middleware.serve_native", decline)
+    routed = [await client.post("/v1/embeddings", json=body) for body in (good, bad)]
+    for one, other in zip(fast, routed, strict=True):
+        assert (one.status_code, one.json()) == (other.status_code, other.json())
+        assert one.headers["content-type"] == other.headers["content-type"] == "application/json"
+    assert fast[0].status_code == 200 and len(fast[0].json()["data"]) == 2
+    assert fast[1].status_code == 400 and fast[1].json()["error"]["code"] == "invalid_request"

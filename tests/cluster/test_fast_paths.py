@@ -1,5 +1,6 @@
-"""The gateway's and the worker's native POSTs skip FastAPI's router, as sift
-serve's do (no processes: plain ASGI calls)."""
+"""The gateway's native POSTs skip FastAPI's router, as sift serve's do (no
+processes: plain ASGI calls). The worker calls the serving core directly
+(tests/api/test_core_entry.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from sift_server.cluster import gateway as gateway_module
-from sift_server.cluster import worker as worker_module
 from sift_server.cluster.gateway import GatewayNativeRoutes
 
 
@@ -68,26 +68,3 @@ def test_gateway_native_posts_bypass_the_router(monkeypatch: pytest.MonkeyPatch)
     ):
         assert _call(layer, _scope(method, path))[-1]["body"] == b"inner"
     assert inner.paths == ["/v1/encode/m", "/v1/embeddings", "/v1/models", "/healthz"]
-
-
-def test_worker_runs_native_posts_through_serve_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    handled: list[str] = []
-
-    async def fake_serve_native(scope: Scope, receive: Receive, send: Send, state: Any) -> bool:
-        if not scope["path"].startswith("/v1/encode/"):
-            return False
-        handled.append(scope["path"])
-        await Response(b"native", headers={"x-a": "1"})(scope, receive, send)
-        return True
-
-    monkeypatch.setattr(worker_module, "serve_native", fake_serve_native)
-    inner = _Inner()
-    inner.state = type("S", (), {"sift": object()})()  # type: ignore[attr-defined]
-
-    async def run(path: str) -> Any:
-        return await worker_module.call_app(inner, path, [], b"{}", ingress=None, deadline=float("inf"))  # type: ignore[arg-type]
-
-    reply = asyncio.run(run("/v1/encode/m"))
-    assert (reply.status, reply.body) == (200, b"native") and ("x-a", "1") in reply.headers
-    assert asyncio.run(run("/v1/embeddings")).body == b"inner"
-    assert handled == ["/v1/encode/m"] and inner.paths == ["/v1/embeddings"]

@@ -81,6 +81,18 @@ class ShuttingDown(SiftError):
     status, code, retry_after = 503, "SHUTTING_DOWN", 5
 
 
+class RouteNotFound(SiftError):
+    """No route at this path."""
+
+    status, code = 404, "NOT_FOUND"
+
+
+class MethodNotAllowed(SiftError):
+    """The path exists, the method does not (``allow``: the methods it takes)."""
+
+    status, code = 405, "METHOD_NOT_ALLOWED"
+
+
 class InferenceError(SiftError):
     status, code = 500, "INFERENCE_ERROR"
 

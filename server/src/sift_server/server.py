@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 import uvicorn
 
-from sift_server.api.app import build_state, create_app
-from sift_server.api.state import ServerState
+from sift_server.api.app import create_app
+from sift_server.composition import build_state
 from sift_server.config import Settings
+from sift_server.core.state import ServerState
 
 log = logging.getLogger("sift")
 T = TypeVar("T")

@@ -1,61 +1,31 @@
-"""Error envelopes: ``{"detail": {code, message}}`` on native routes and
-``{"error": {...}}`` on the OpenAI route (API.md §1.7, §5).
-
-Both families also carry ``X-SIE-Error-Code`` (the domain code, upper case) so
-that logs and proxies can read the code without parsing the body. The builders
-return plain data so the ASGI middleware (which answers before routing) uses
-exactly the same envelopes as the handlers.
-"""
+"""The error envelopes (``core.envelopes``) as Starlette responses, and Starlette's
+own routing errors (404, 405) in them."""
 
 from __future__ import annotations
 
-from typing import Any
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
-from starlette.responses import JSONResponse
+from sift_server.core.envelopes import (
+    OPENAI_PATH,
+    Envelope,
+    envelope_for_path,
+    native_envelope,
+    openai_envelope,
+)
+from sift_server.errors import MethodNotAllowed, RouteNotFound, SiftError
 
-from sift_server.errors import SiftError
-
-OPENAI_PATH = "/v1/embeddings"
-
-# OpenAI-route codes for our domain codes (API.md §5); every other code is the
-# domain code in lower case, so the route's codes are lower case throughout.
-_OPENAI_CODES = {
-    "MODEL_NOT_FOUND": "model_not_found",
-    "INVALID_INPUT": "invalid_request",
-    "QUEUE_FULL": "server_overloaded",
-    "INFERENCE_ERROR": "inference_error",
-}
-
-Envelope = tuple[int, dict[str, Any], dict[str, str]]
-
-
-def native_envelope(error: SiftError, runtime_instance: str | None = None) -> Envelope:
-    detail: dict[str, Any] = {"code": error.code, "message": error.message, **error.extra}
-    headers = {"X-SIE-Error-Code": error.code}
-    if error.retry_after is not None:
-        headers["Retry-After"] = str(error.retry_after)
-    if runtime_instance:
-        headers["X-SIE-Runtime-Instance"] = runtime_instance
-    if error.close_connection:
-        headers["Connection"] = "close"
-    return error.status, {"detail": detail}, headers
-
-
-def openai_envelope(error: SiftError, param: str | None = None) -> Envelope:
-    body: dict[str, Any] = {
-        "message": error.message,
-        "type": "invalid_request_error" if error.status < 500 else "server_error",
-        "param": param if param is not None else error.extra.get("param"),
-        "code": _OPENAI_CODES.get(error.code, error.code.lower()),
-        **{k: v for k, v in error.extra.items() if k != "param"},
-    }
-    headers = {"X-SIE-Error-Code": error.code}
-    # The reference answers a full queue here without Retry-After.
-    if error.retry_after is not None and error.code != "QUEUE_FULL":
-        headers["Retry-After"] = str(error.retry_after)
-    if error.close_connection:
-        headers["Connection"] = "close"
-    return error.status, {"error": body}, headers
+__all__ = [
+    "OPENAI_PATH",
+    "Envelope",
+    "envelope_for_path",
+    "native_envelope",
+    "native_error",
+    "openai_envelope",
+    "openai_error",
+    "routing_error",
+]
 
 
 def native_error(error: SiftError, runtime_instance: str | None = None) -> JSONResponse:
@@ -68,6 +38,24 @@ def openai_error(error: SiftError, param: str | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def envelope_for_path(path: str, error: SiftError) -> Envelope:
-    """The OpenAI envelope on the OpenAI route, the native one everywhere else."""
-    return openai_envelope(error) if path == OPENAI_PATH else native_envelope(error)
+_ROUTING_ERRORS: dict[int, type[SiftError]] = {404: RouteNotFound, 405: MethodNotAllowed}
+
+
+async def routing_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own HTTP errors (no route: 404, a route without this method: 405)
+    in the envelope of the path's API family, like every other error."""
+    assert isinstance(exc, StarletteHTTPException)
+    kind = _ROUTING_ERRORS.get(exc.status_code)
+    if kind is None:
+        error = SiftError(str(exc.detail))
+        error.status, error.code = exc.status_code, f"HTTP_{exc.status_code}"
+    else:
+        error = kind(_ROUTING_MESSAGES[exc.status_code].format(method=request.method, path=request.url.path))
+    status, body, headers = envelope_for_path(request.url.path, error)
+    return JSONResponse(body, status_code=status, headers={**(exc.headers or {}), **headers})
+
+
+_ROUTING_MESSAGES = {
+    404: "No route {path}; see /docs for the API's routes.",
+    405: "Method {method} is not allowed on {path}; see the Allow header.",
+}

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from sift_server.api.state import ServerState
+from sift_server.core.state import ServerState
 
 router = APIRouter()
 

@@ -7,12 +7,12 @@ From the outside in (``install_front_door`` stacks them):
 * ``BodyLimit``: 413 from the declared Content-Length, before the body is read;
 * ``IngressCount``: counts a native request for its model the moment its
   headers arrive, before its body is read (the adaptive policy learns from it);
-* ``NativeRoutes``: answers the native POST routes directly
+* ``NativeRoutes``: answers the work POSTs (native and OpenAI) directly
   (``api.native.serve_native``) rather than through FastAPI's router.
 
 Health probes pass every layer untouched. A refusal is a domain error
 (``sift_server.errors``) rendered by the envelope of the path's API family
-(``api.errors.envelope_for_path``), like every other error.
+(``core.envelopes.envelope_for_path``), like every other error.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sift_server.api.errors import OPENAI_PATH, envelope_for_path
 from sift_server.api.native import serve_native
-from sift_server.api.state import ServerState
+from sift_server.core.endpoints import NATIVE_PREFIXES
+from sift_server.core.envelopes import OPENAI_PATH, envelope_for_path
+from sift_server.core.state import ServerState
 from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthorized
 from sift_server.service.common import split_profile
 
 PROBES = frozenset({"/healthz", "/livez", "/readyz"})
-NATIVE_PREFIXES = ("/v1/encode/", "/v1/score/", "/v1/extract/")
 
 
 def _gated(scope: Scope) -> bool:
@@ -136,15 +136,15 @@ class IngressCount:
 
 
 class NativeRoutes:
-    """``sift serve``'s native POSTs answered from its registry; anything else
-    (other methods, the OpenAPI routes) goes on to FastAPI."""
+    """``sift serve``'s work POSTs (native and OpenAI) answered from its registry;
+    anything else (other methods, the OpenAPI routes) goes on to FastAPI."""
 
     def __init__(self, app: ASGIApp, state: ServerState) -> None:
         self.app = app
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _native(scope) and await serve_native(scope, receive, send, self.state):
+        if scope["type"] == "http" and await serve_native(scope, receive, send, self.state):
             return
         await self.app(scope, receive, send)
 

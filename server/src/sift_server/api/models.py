@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from sift_server.api.errors import native_error
-from sift_server.api.state import ServerState
+from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
 from sift_server.registry.adapters import ENCODE_OUTPUTS
 from sift_server.registry.registry import ModelRecord

@@ -22,7 +22,7 @@ def _nats_url(args: argparse.Namespace) -> str:
 
 
 def register(subparsers: Any) -> None:
-    from sift_server.cli import add_serve_arguments
+    from sift_server.serve_args import add_serve_arguments
 
     g = subparsers.add_parser("gateway", help="Serve the HTTP API with no model: requests go to workers over NATS.")
     add_serve_arguments(g)
@@ -80,10 +80,10 @@ _CLUSTER_KEYS = (
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from sift_server.cli import settings_from_args
     from sift_server.cluster.gateway import GatewayOptions, serve_gateway
     from sift_server.cluster.subjects import StreamLimits
     from sift_server.registry.catalog import CatalogError
+    from sift_server.serve_args import settings_from_args
 
     settings = settings_from_args(args, skip=_CLUSTER_KEYS)
     if settings is None:
@@ -109,8 +109,8 @@ def _gateway(args: argparse.Namespace) -> int:
 def worker_setup(args: argparse.Namespace) -> tuple[Settings, WorkerOptions] | None:
     """The settings and stream options of ``sift worker``'s parsed arguments (None
     when the settings are invalid; the reason is printed)."""
-    from sift_server.cli import settings_from_args
     from sift_server.cluster.worker import WorkerOptions
+    from sift_server.serve_args import settings_from_args
 
     settings = settings_from_args(args, skip=_CLUSTER_KEYS)
     if settings is None:

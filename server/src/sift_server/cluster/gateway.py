@@ -38,15 +38,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sift_server import __version__
 from sift_server.api import health
-from sift_server.api.app import _http_exception
 from sift_server.api.body import read_body
-from sift_server.api.errors import native_error, openai_error
+from sift_server.api.errors import native_error, openai_error, routing_error
 from sift_server.api.middleware import install_front_door
 from sift_server.api.models import model_info
-from sift_server.api.native import new_request_id, request_id_of
-from sift_server.api.openai import _OPENAPI_BODY
-from sift_server.api.openai import _parse as parse_embeddings
-from sift_server.api.state import ServerState
+from sift_server.api.openai import OPENAPI_BODY
 from sift_server.cluster.codec import FORWARDED_HEADERS, WorkReply, WorkRequest, pack_request, unpack_reply
 from sift_server.cluster.heartbeat import describe_through_gateway
 from sift_server.cluster.hops import (
@@ -71,11 +67,14 @@ from sift_server.cluster.subjects import (
     reply_subject,
     work_subject,
 )
+from sift_server.core.embeddings import parse_embeddings
+from sift_server.core.endpoints import BY_NAME, native_route
+from sift_server.core.serve import new_request_id, request_id_of
+from sift_server.core.state import ServerState
 from sift_server.errors import QueueFull, QueueTimeout, SiftError
 from sift_server.service.common import split_profile
 from sift_server.wire.codec import decode_body
 from sift_server.wire.negotiation import request_format
-from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
 
 log = logging.getLogger(__name__)
 
@@ -334,7 +333,6 @@ def _forwarded(request: Request, request_id: str) -> list[tuple[str, str]]:
 
 
 router = APIRouter()
-_SCHEMAS: dict[str, type[Any]] = {"encode": EncodeBody, "score": ScoreBody, "extract": ExtractBody}
 
 
 async def _native(request: Request, model: str, endpoint: str) -> Response:
@@ -345,9 +343,9 @@ async def _native(request: Request, model: str, endpoint: str) -> Response:
     try:
         body = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
         # The same decoding as sift serve: a malformed body never reaches the queue.
-        decode_body(body, request_format(request.headers.get("content-type")), _SCHEMAS[endpoint])
+        decode_body(body, request_format(request.headers.get("content-type")), BY_NAME[endpoint].schema)
         state.registry.record(name)
-        work = WorkRequest(request.scope["path"], _forwarded(request, request_id_of(request)), body)
+        work = WorkRequest(request.scope["path"], _forwarded(request, request_id_of(request.headers)), body)
         stamps: list[tuple[str, float]] | None = [] if gateway.stamps else None
         reply = await gateway.call(name, work, stamps)
     except SiftError as error:
@@ -372,7 +370,7 @@ async def extract_route(request: Request, model: str) -> Response:
     return await _native(request, model, "extract")
 
 
-@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings", openapi_extra=_OPENAPI_BODY)
+@router.post("/v1/embeddings", summary="OpenAI-compatible embeddings", openapi_extra=OPENAPI_BODY)
 async def embeddings(request: Request) -> Response:
     started = time.perf_counter()
     state: ServerState = request.app.state.sift
@@ -384,7 +382,7 @@ async def embeddings(request: Request) -> Response:
         body = await parse_embeddings(raw, request.headers.get("content-type"))
         model = body.model
         state.registry.record(model)
-        work = WorkRequest(request.scope["path"], _forwarded(request, request_id_of(request)), raw)
+        work = WorkRequest(request.scope["path"], _forwarded(request, request_id_of(request.headers)), raw)
         reply = await gateway.call(model, work)
     except SiftError as error:
         state.metrics.count(model, "embeddings", error.status)
@@ -416,9 +414,6 @@ async def get_model(request: Request, model: str) -> Response:
         return native_error(error)
 
 
-_NATIVE_PREFIXES = {f"/v1/{endpoint}/": endpoint for endpoint in _SCHEMAS}
-
-
 class GatewayNativeRoutes:
     """The native POSTs answered straight from the ASGI scope, as ``sift serve``'s
     NativeRoutes layer does: FastAPI's routing, dependency solving and exception
@@ -431,12 +426,12 @@ class GatewayNativeRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            path: str = scope["path"]
-            for prefix, endpoint in _NATIVE_PREFIXES.items():
-                if path.startswith(prefix):
-                    response = await _native(Request(scope, receive), path[len(prefix) :], endpoint)
-                    await response(scope, receive, send)
-                    return
+            target = native_route(scope["path"])
+            if target is not None:
+                endpoint, model = target
+                response = await _native(Request(scope, receive), model, endpoint.name)
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -462,7 +457,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
     )
     app.state.sift = state
     app.state.gateway = gateway
-    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(StarletteHTTPException, routing_error)
     for module_router in (router, health.router):
         app.include_router(module_router)
     app.add_middleware(GatewayNativeRoutes)  # innermost: inside the front door's checks
@@ -472,7 +467,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
 
 def serve_gateway(settings: Any, options: GatewayOptions) -> None:
     """Run the gateway under uvicorn; SIGTERM: refuse new requests, finish those in flight."""
-    from sift_server.api.app import build_state
+    from sift_server.composition import build_state
     from sift_server.server import DrainingServer, configure_logging, uvicorn_config
 
     configure_logging(settings)

@@ -1,6 +1,8 @@
 """``sift worker``: load models as ``sift serve`` does and serve their work
-queues. Each message runs through the same routes (decoding, validation,
-services, error envelopes) and the same batching engine as an HTTP request.
+queues. Each message runs through the serving core's one entry
+(``core.serve.handle``: decoding, validation, services, error envelopes) and
+the same batching engine as an HTTP request; its typed errors decide whether a
+message is answered, handed back (nak) or dropped (terminate).
 
 Arrival signals come from the stream: a message opens its model's ingress
 ticket the moment it is delivered, before it is decoded, and admission ends
@@ -28,21 +30,15 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import nats
-from fastapi import FastAPI
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
-from starlette.types import Message
 
-from sift_server.api.app import build_state, create_app
-from sift_server.api.middleware import FRONT_DOOR
 from sift_server.api.models import model_info
-from sift_server.api.native import serve_native
-from sift_server.api.state import ServerState
 from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
 from sift_server.cluster.heartbeat import worker_view
 from sift_server.cluster.hops import PUBLISHED_HEADER, STAMPS, format_stamps, stamps_enabled, worker_headers
@@ -54,8 +50,13 @@ from sift_server.cluster.subjects import (
     WORKER_HEADER,
     heartbeat_key,
 )
+from sift_server.composition import build_state
+from sift_server.core.endpoints import route
+from sift_server.core.serve import Call, Reply, error_reply, handle
+from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.worker import ModelWorker
+from sift_server.errors import RequestCancelled, RouteNotFound, ShuttingDown, SiftError
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +93,8 @@ class WorkerOptions:
     worker_id: str = ""
 
 
-def worker_app(state: ServerState) -> FastAPI:
-    """The routes and exception handlers of ``sift serve``, without its HTTP
-    front door: the stream replaces the middleware (the gateway checked the
-    key and the size; ingress opens at delivery; drain is the worker's)."""
-    app = create_app(state)
-    app.user_middleware = [m for m in app.user_middleware if cast(Any, m.cls) not in FRONT_DOOR]
-    app.middleware_stack = None
-    return app
-
-
-async def call_app(
-    app: FastAPI,
+async def call_core(
+    state: ServerState,
     path: str,
     headers: list[tuple[str, str]],
     body: bytes,
@@ -111,52 +102,32 @@ async def call_app(
     ingress: IngressTicket | None,
     deadline: float,
 ) -> WorkReply:
-    """One POST through the ASGI app; the 'client' goes away at the deadline."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
-        "client": ("nats", 0),
-        "server": ("sift-worker", 0),
-        "app": app,
-    }
-    if ingress is not None:
-        scope["sift.ingress"] = ingress
-    sent = False
+    """One queued request through the serving core (``core.serve.handle``), the
+    same entry ``sift serve``'s routes call; nobody waits past its deadline.
+    Domain errors stay raised (the caller decides ack, nak or terminate)."""
+    target = route(path)
+    if target is None:
+        return _work_reply(error_reply(state, None, RouteNotFound(f"No route {path} on a worker.")))
+    endpoint, model = target
 
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        # Nobody disconnects a queue message; past its deadline nobody waits for it.
+    async def gone() -> None:
         await asyncio.sleep(max(0.0, deadline - time.time()))
-        return {"type": "http.disconnect"}
 
-    status = 500
-    out_headers: list[tuple[str, str]] = []
-    chunks: list[bytes] = []
+    call = Call(endpoint, model, {k.lower(): v for k, v in headers}, body, ingress=ingress, disconnected=gone)
+    try:
+        reply = await handle(state, call)
+    except (RequestCancelled, ShuttingDown):
+        raise
+    except SiftError as error:
+        reply = error_reply(state, endpoint, error)
+    return _work_reply(reply)
 
-    async def send(message: Message) -> None:
-        nonlocal status, out_headers
-        if message["type"] == "http.response.start":
-            status = int(message["status"])
-            out_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
 
-    # The native POSTs take sift serve's own fast path (api.native.serve_native,
-    # what its NativeRoutes layer does): no FastAPI routing on the hot path.
-    if not await serve_native(scope, receive, send, app.state.sift):
-        await app(scope, receive, send)
-    return WorkReply(status, out_headers, b"".join(chunks))
+def _work_reply(reply: Reply) -> WorkReply:
+    """The reply as an HTTP answer's header list, names in lower case."""
+    headers = [(name.lower(), value) for name, value in reply.headers.items()]
+    headers.append(("content-type", reply.media_type))
+    return WorkReply(reply.status, headers, reply.body)
 
 
 class ModelPuller:
@@ -266,18 +237,20 @@ class ModelPuller:
                 return
             work = unpack_request(msg.data)
             app_start = time.perf_counter()
-            reply = await call_app(
-                self.owner.app, work.path, work.headers, work.body, ingress=ticket, deadline=deadline
-            )
-            app_end = time.perf_counter()
-            if ticket is not None:
-                ticket.end()  # refused before admission (bad input...): no longer incoming
-            if reply.status == 499:
+            try:
+                reply = await call_core(
+                    self.owner.state, work.path, work.headers, work.body, ingress=ticket, deadline=deadline
+                )
+            except RequestCancelled:
                 await msg.term()  # its deadline passed while queued
                 return
-            if reply.status == 503 and ("x-sie-error-code", "SHUTTING_DOWN") in reply.headers:
+            except ShuttingDown:
                 await msg.nak()  # this worker is stopping: another one runs it now
                 return
+            finally:
+                if ticket is not None:
+                    ticket.end()  # refused before admission (bad input...): no longer incoming
+            app_end = time.perf_counter()
             reply.headers.append((WORKER_HEADER, self.owner.worker_id))
             reply.headers.extend(worker_headers(headers.get(PUBLISHED_HEADER), delivered, time.time()))
             if self.owner.stamps:
@@ -322,7 +295,6 @@ class StreamWorker:
         self.models = models
         self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.state = build_state(settings)
-        self.app = worker_app(self.state)
         self.nc: NATS | None = None
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None

@@ -1,0 +1,101 @@
+"""The server's own cost per request (issue 20): closed-loop load of one-sentence requests
+(5 to 40 words) on one route, through the benchmarks' raw HTTP/1.1 client pinned to CPU 1.
+
+    request_cost.py URL MODEL ROUTE IN_FLIGHT SECONDS     ROUTE: json, msgpack or openai
+
+Prints requests/s, the median latency and the client's own core use (keep it under 0.9:
+above that the client, not the server, is measured)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+
+import msgpack
+import uvloop
+from raw_http import RawConnection  # scripts/, beside this file
+
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "bright",
+    "stars",
+    "fall",
+    "into",
+    "quiet",
+    "water",
+]
+
+
+def sentences(count: int = 64, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40))) for _ in range(count)]
+
+
+def requests(route: str, model: str) -> tuple[str, list[bytes], dict[str, str]]:
+    texts = sentences()
+    if route == "json":
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        return f"/v1/encode/{model}", [json.dumps({"items": [{"text": t}]}).encode() for t in texts], headers
+    if route == "msgpack":
+        headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+        return f"/v1/encode/{model}", [msgpack.packb({"items": [{"text": t}]}) for t in texts], headers
+    if route == "openai":
+        headers = {"Content-Type": "application/json"}
+        return "/v1/embeddings", [json.dumps({"model": model, "input": t}).encode() for t in texts], headers
+    raise SystemExit(f"unknown route {route!r}: json, msgpack or openai")
+
+
+async def closed_loop(url: str, model: str, route: str, in_flight: int, seconds: float) -> tuple[int, float, float]:
+    path, bodies, headers = requests(route, model)
+    count = 0
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def client(first: int) -> None:
+        nonlocal count
+        connection = RawConnection(url)
+        index = first
+        while time.perf_counter() < stop:
+            sent = time.perf_counter()
+            response = await connection.post(path, bodies[index % len(bodies)], headers)
+            assert response.status_code == 200, (response.status_code, response.content[:200])
+            latencies.append(time.perf_counter() - sent)
+            count += 1
+            index += in_flight
+        await connection.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(k) for k in range(in_flight)))
+    latencies.sort()
+    return count, time.perf_counter() - started, latencies[len(latencies) // 2]
+
+
+def main() -> None:
+    os.sched_setaffinity(0, {1})
+    url, model, route, in_flight, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    before = os.times()
+    count, elapsed, p50 = uvloop.run(closed_loop(url, model, route, in_flight, seconds))
+    after = os.times()
+    cpu = (after.user - before.user + after.system - before.system) / elapsed
+    print(
+        f"route={route} in_flight={in_flight} requests={count} req/s={count / elapsed:.1f} "
+        f"p50_ms={p50 * 1000:.2f} client_cpu={cpu:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The composition root: settings in, the serving state out (policy, scheduler
+configuration, one engine worker per loaded model, registry, limits, metrics).
+
+``sift serve``, ``sift worker`` and ``sift gateway`` all start from here; nothing
+of HTTP or NATS is wired in this module.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+from sift_server.adapters.base import Adapter
+from sift_server.config import Settings
+from sift_server.core.state import ServerState
+from sift_server.engine.batch_queue import Caps
+from sift_server.engine.policy import make_policy
+from sift_server.engine.scheduler import SchedulerConfig
+from sift_server.engine.trace import JsonlTrace, TraceSink
+from sift_server.engine.worker import ModelWorker, WorkerConfig
+from sift_server.metrics import Metrics
+from sift_server.registry.calibrate import Curve, load_caps
+from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
+from sift_server.registry.loader import load_adapter
+from sift_server.registry.registry import AdapterLoader, Registry
+from sift_server.service.common import Limits
+
+
+def build_state(
+    settings: Settings, *, loader: AdapterLoader | None = None, catalog: Catalog | None = None
+) -> ServerState:
+    catalog = catalog or Catalog.from_dirs(settings.catalog)
+    for name in [settings.default_model, *settings.preload]:
+        if name not in catalog:
+            raise CatalogError(f"model {name!r} is not in the catalog; known: {', '.join(catalog.names())}")
+    metrics = Metrics(frozenset(catalog.names()))
+    trace: TraceSink | None = JsonlTrace(settings.trace_file) if settings.trace_file else None
+    policy = make_policy(
+        settings.policy,
+        max_hold_ms=settings.max_hold_ms,
+        max_burst_hold_ms=settings.max_burst_hold_ms,
+        idle_coalesce_ms=settings.idle_coalesce_ms,
+        max_wait_ms=settings.max_batch_wait_ms,
+    )
+
+    def worker_factory(spec: ModelSpec, adapter: Adapter, curve: Curve | None) -> ModelWorker:
+        batching = spec.batching
+        caps = Caps(
+            max_requests=batching.max_batch_requests or settings.max_batch_requests,
+            max_cost=batching.max_batch_cost or settings.max_batch_cost,
+        )
+        scheduling = SchedulerConfig(
+            caps=caps,
+            load_caps=load_caps(curve, caps),
+            max_queue_items=batching.max_queue_items or settings.max_queue_items,
+            queue_timeout=settings.queue_timeout_s,
+            link_gap=settings.link_gap_ms / 1000,
+            busy_link_gap=settings.busy_link_gap_ms / 1000,
+            quiet_gap=settings.quiet_gap_ms / 1000,
+            return_horizon=settings.return_horizon_ms / 1000,
+            shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
+        )
+        config = WorkerConfig(scheduler=scheduling, forward_nice=settings.forward_nice)
+        worker = ModelWorker(
+            spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward]
+        )
+        if curve is not None:
+            worker.scheduler.seed_costs(curve.points)
+        return worker
+
+    registry = Registry(
+        catalog,
+        worker_factory,
+        memory_budget_bytes=settings.memory_budget_mb * 2**20,
+        loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
+        calibrate=settings.calibrate,
+        recent_use_s=settings.evict_idle_s,
+    )
+    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
+    return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)

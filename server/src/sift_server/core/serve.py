@@ -1,0 +1,149 @@
+"""The serving core's one entry: (endpoint, model, headers, body) in, a typed reply
+out, or a domain error raised (``sift_server.errors``).
+
+``sift serve``'s HTTP routes and the cluster worker both call ``handle``: the
+routes with what the socket gave them, the worker with a queue message's
+fields. Neither re-enters the other's layer. Errors stay typed up to the
+caller, which decides what they mean there (an HTTP answer, or ack / nak /
+terminate); ``error_reply`` renders one in its endpoint's envelope.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sift_server import WIRE_COMPAT_VERSION
+from sift_server.core.embeddings import embeddings_answer, input_texts, parse_embeddings
+from sift_server.core.endpoints import Endpoint
+from sift_server.core.envelopes import native_envelope, openai_envelope, render_json
+from sift_server.core.state import ServerState
+from sift_server.engine.ingress import IngressTicket
+from sift_server.errors import InvalidInput, SiftError, TaskNotSupported
+from sift_server.registry.registry import Registry
+from sift_server.service.common import Limits
+from sift_server.service.encode import encode
+from sift_server.service.extract import extract
+from sift_server.service.run import Outcome, RequestContext
+from sift_server.service.score import score
+from sift_server.wire.negotiation import JSON_TYPE, MSGPACK_TYPE, request_format, response_format
+from sift_server.wire.schemas import EncodeBody, Item
+from sift_server.wire.sliced import decode_sliced, encode_sliced
+from sift_server.wire.split import Buffer
+
+Service = Callable[[Registry, str, Any, Limits, RequestContext], Awaitable[Outcome]]
+_SERVICES: dict[str, Service] = {"encode": encode, "score": score, "extract": extract}
+
+
+@dataclass(slots=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    media_type: str = JSON_TYPE
+
+
+@dataclass(slots=True)
+class Call:
+    """One request to the core. ``headers``: a mapping read by lower-case name
+    (content-type, accept, x-request-id)."""
+
+    endpoint: Endpoint
+    model: str
+    headers: Mapping[str, str]
+    body: Buffer
+    # Opened where the request arrived (HTTP headers, a delivered message); None: not yet.
+    ingress: IngressTicket | None = None
+    # Makes an awaitable that resolves when nobody waits for the answer any more.
+    disconnected: Callable[[], Awaitable[Any]] | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+_id_prefix = secrets.token_hex(8)
+_id_counter = itertools.count()
+
+
+def new_request_id() -> str:
+    """32 lowercase hex, unique per process (a random prefix and a counter): as
+    unique as a UUID here, without reading the kernel's random source per request."""
+    return f"{_id_prefix}{next(_id_counter) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def request_id_of(headers: Mapping[str, str]) -> str:
+    """The client's X-Request-ID when it is short and printable, else a new one."""
+    given = headers.get("x-request-id")
+    if given and len(given) <= 128 and given.isprintable():
+        return given
+    return new_request_id()
+
+
+async def handle(state: ServerState, call: Call) -> Reply:
+    """Run one request; raises ``SiftError`` (counted in the metrics) when it fails."""
+    if call.endpoint.family == "openai":
+        return await _embeddings(state, call)
+    try:
+        return await _native(state, call)
+    except SiftError as error:
+        state.metrics.count(call.model, call.endpoint.name, error.status)
+        raise
+
+
+def error_reply(state: ServerState, endpoint: Endpoint | None, error: SiftError) -> Reply:
+    """``error`` in ``endpoint``'s envelope (None: no endpoint, the native one; the
+    native one carries the runtime instance)."""
+    if endpoint is not None and endpoint.family == "openai":
+        status, body, headers = openai_envelope(error)
+    else:
+        status, body, headers = native_envelope(error, state.runtime_instance)
+    return Reply(status, headers, render_json(body))
+
+
+async def _native(state: ServerState, call: Call) -> Reply:
+    endpoint = call.endpoint
+    ctx = RequestContext(request_id_of(call.headers), call.started, call.ingress, call.disconnected)
+    decoded = await decode_sliced(
+        call.body, request_format(call.headers.get("content-type")), endpoint.schema, "items", Item
+    )
+    outcome = await _SERVICES[endpoint.name](state.registry, call.model, decoded, state.limits, ctx)
+    out_fmt = response_format(call.headers.get("accept"))
+    content = await encode_sliced(outcome.payload, out_fmt)
+    headers = {"X-SIE-Server-Version": WIRE_COMPAT_VERSION, "X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}
+    if endpoint.name != "extract":
+        headers["X-SIE-Runtime-Instance"] = state.runtime_instance
+    elapsed = time.perf_counter() - call.started
+    headers.update(outcome.timing.headers(elapsed))
+    state.metrics.count(call.model, endpoint.name, 200, elapsed)
+    return Reply(200, headers, content, MSGPACK_TYPE if out_fmt == "msgpack" else JSON_TYPE)
+
+
+async def _embeddings(state: ServerState, call: Call) -> Reply:
+    ingress = call.ingress
+    model = ""
+    try:
+        body = await parse_embeddings(call.body, call.headers.get("content-type"))
+        model = body.model
+        texts = input_texts(body.input)
+        if ingress is None:
+            # The model is only known once the body is parsed: count the request
+            # from here, so OpenAI traffic feeds the arrival model as well.
+            ingress = state.registry.begin_ingress(body.model, call.started)
+        native = EncodeBody(items=[Item(text=t) for t in texts])
+        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected)
+        try:
+            outcome = await encode(state.registry, body.model, native, state.limits, ctx, dimensions=body.dimensions)
+        except TaskNotSupported as error:
+            # The same check as the native route's, in this route's words.
+            raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model") from error
+    except SiftError as error:
+        state.metrics.count(model, call.endpoint.name, error.status)
+        raise
+    finally:
+        if ingress is not None:
+            ingress.end()
+    content = embeddings_answer(body, outcome.vectors, outcome.input_tokens)
+    state.metrics.count(body.model, call.endpoint.name, 200, time.perf_counter() - call.started)
+    return Reply(200, {"X-SIE-Served-By": "local"}, content)
