@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
 
 from sift_server.cluster.codec import WorkReply, WorkRequest, pack_reply, unpack_request
-from sift_server.cluster.gateway import Gateway
+from sift_server.cluster.gateway_client import Gateway
 from sift_server.cluster.subjects import (
     ACK_PREFIX,
     DEADLINE_HEADER,
     MSG_ID_HEADER,
     REPLY_HEADER,
-    model_token,
+    heartbeat_key,
     work_subject,
 )
 from sift_server.errors import QueueFull, QueueTimeout
@@ -48,7 +49,7 @@ def _gateway(**options: Any) -> tuple[Gateway, FakeNats]:
     nc = FakeNats()
     gateway.nc = nc  # type: ignore[assignment]
     gateway.js = object()  # type: ignore[assignment]
-    gateway.live = {model_token(MODEL)}
+    gateway.heartbeats.put(heartbeat_key(MODEL, "w1"), b"{}", time.monotonic())
     return gateway, nc
 
 

@@ -81,7 +81,8 @@ _CLUSTER_KEYS = (
 
 def _gateway(args: argparse.Namespace) -> int:
     from sift_server.cli import settings_from_args
-    from sift_server.cluster.gateway import GatewayOptions, serve_gateway
+    from sift_server.cluster.gateway import serve_gateway
+    from sift_server.cluster.gateway_client import GatewayOptions
     from sift_server.cluster.subjects import StreamLimits
     from sift_server.registry.catalog import CatalogError
 
