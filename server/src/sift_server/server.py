@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import faulthandler
 import gc
 import logging
 import os
@@ -26,7 +27,10 @@ T = TypeVar("T")
 
 # After the grace period the process exits within this much more, whatever is
 # still running (uvicorn polls every 0.1 s; the rest is slack).
-EXIT_SLACK_S = 0.4
+EXIT_SLACK_S = 0.25
+# The last resort, later still: a C thread that needs no GIL ends the process
+# (exit status 1) if the Python watchdog could not run in time.
+BACKSTOP_S = 0.4
 
 
 def lingering_threads() -> list[threading.Thread]:
@@ -46,6 +50,17 @@ def hard_exit(reason: str, exit_fn: Callable[[int], Any] = os._exit) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     exit_fn(0)
+
+
+def arm_exit_watchdog(grace_s: float) -> None:
+    """From now, the process is gone within ``grace_s`` + BACKSTOP_S, whatever
+    still runs: a timer thread exits cleanly after EXIT_SLACK_S more and, should
+    a thread hog the GIL or the interpreter hang, faulthandler's watchdog (C, no
+    GIL) dumps the threads' stacks to stderr and exits a little later."""
+    timer = threading.Timer(grace_s + EXIT_SLACK_S, hard_exit, args=("shutdown grace period over",))
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(grace_s + BACKSTOP_S, exit=True)
 
 
 def exit_if_threads_linger(exit_fn: Callable[[int], Any] = os._exit) -> None:
@@ -127,9 +142,7 @@ class DrainingServer(uvicorn.Server):
         self.sift_state.draining = True
         # Whatever uvicorn still waits for (a connection mid-body, a forward in a
         # non-daemon thread), the process is gone shortly after the grace period.
-        watchdog = threading.Timer(grace + EXIT_SLACK_S, hard_exit, args=("shutdown grace period over",))
-        watchdog.daemon = True
-        watchdog.start()
+        arm_exit_watchdog(grace)
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain_then_exit()))
 
     async def _drain_then_exit(self) -> None:
