@@ -35,11 +35,13 @@ def test_a_heartbeat_counts_for_its_ttl_and_until_deleted() -> None:
     assert beats.value(heartbeat_key(MODEL, "w1")) is None
 
 
-def test_a_consumer_shows_a_worker_by_a_pull_request_or_a_recent_ack() -> None:
-    assert consumer_has_worker(num_waiting=1, last_ack_age_s=None, window_s=6.0)
-    assert consumer_has_worker(num_waiting=0, last_ack_age_s=2.0, window_s=6.0)
-    assert not consumer_has_worker(num_waiting=0, last_ack_age_s=60.0, window_s=6.0)
-    assert not consumer_has_worker(num_waiting=0, last_ack_age_s=None, window_s=6.0)
+def test_a_consumer_shows_a_worker_by_a_pull_request_or_a_recent_ack_while_holding() -> None:
+    assert consumer_has_worker(num_waiting=1, num_held=0, last_ack_age_s=None, window_s=6.0)
+    assert consumer_has_worker(num_waiting=0, num_held=4, last_ack_age_s=2.0, window_s=6.0)
+    assert not consumer_has_worker(num_waiting=0, num_held=4, last_ack_age_s=60.0, window_s=6.0)
+    assert not consumer_has_worker(num_waiting=0, num_held=4, last_ack_age_s=None, window_s=6.0)
+    # Drained and gone: it acked everything it held, just now.
+    assert not consumer_has_worker(num_waiting=0, num_held=0, last_ack_age_s=0.5, window_s=6.0)
 
 
 @dataclass
@@ -51,6 +53,7 @@ class _Seq:
 class _Info:
     num_waiting: int
     ack_floor: _Seq
+    num_ack_pending: int = 0
 
 
 class FakeStream:
@@ -92,12 +95,12 @@ def test_no_heartbeat_but_a_worker_pulling_queues_rather_than_refuses() -> None:
 
 
 def test_no_heartbeat_but_a_busy_worker_acking_queues_rather_than_refuses() -> None:
-    gateway, _ = _gateway(_Info(num_waiting=0, ack_floor=_Seq(_ago(1.0))))
+    gateway, _ = _gateway(_Info(num_waiting=0, ack_floor=_Seq(_ago(1.0)), num_ack_pending=8))
     assert asyncio.run(gateway.has_worker(MODEL))
 
 
 def test_no_heartbeat_and_an_idle_consumer_means_no_worker() -> None:
-    gateway, _ = _gateway(_Info(num_waiting=0, ack_floor=_Seq(_ago(120.0))))
+    gateway, _ = _gateway(_Info(num_waiting=0, ack_floor=_Seq(_ago(120.0)), num_ack_pending=8))
     assert not asyncio.run(gateway.has_worker(MODEL))
 
 

@@ -227,7 +227,7 @@ class Gateway:
             return False  # no consumer: no worker ever served the model
         acked = info.ack_floor.last_active if info.ack_floor is not None else None
         age = time.time() - acked.timestamp() if acked is not None else None
-        return consumer_has_worker(info.num_waiting or 0, age, self.options.heartbeat_ttl_s)
+        return consumer_has_worker(info.num_waiting or 0, info.num_ack_pending or 0, age, self.options.heartbeat_ttl_s)
 
     async def worker_view(self, model: str) -> dict[str, Any] | None:
         """What a live worker's heartbeat says of the loaded model (None: no live worker)."""

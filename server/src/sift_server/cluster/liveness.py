@@ -7,8 +7,8 @@ Two signals, either one enough to queue a request rather than refuse it:
   counts while its last put is younger than the bucket's TTL (the gateway's own
   clock: an expiry by age sends no message) and until its worker deletes it.
 * The model's consumer on the work stream: a standing pull request (an idle
-  worker asks for work every few seconds) or a recent acknowledgement (a busy
-  one acks as it answers). This covers a live worker whose heartbeat is late
+  worker asks for work every few seconds) or, while messages are held, a recent
+  acknowledgement (a busy one acks as it answers). This covers a live worker whose heartbeat is late
   and the moments a watch needs to catch up, so a live worker is never taken
   for gone; a dead worker's pull requests expire, and it acks nothing.
 """
@@ -48,9 +48,10 @@ class Heartbeats:
         return heard[1] if heard is not None else None
 
 
-def consumer_has_worker(num_waiting: int, last_ack_age_s: float | None, window_s: float) -> bool:
+def consumer_has_worker(num_waiting: int, num_held: int, last_ack_age_s: float | None, window_s: float) -> bool:
     """Whether a model's consumer shows a live worker: one asking for work now, or
-    one that acknowledged a message within ``window_s`` (None: never acked)."""
+    one holding messages that acknowledged one within ``window_s`` (None: never
+    acked). A worker that drained and left holds nothing: it does not count."""
     if num_waiting > 0:
         return True
-    return last_ack_age_s is not None and last_ack_age_s <= window_s
+    return num_held > 0 and last_ack_age_s is not None and last_ack_age_s <= window_s
