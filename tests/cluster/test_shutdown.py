@@ -8,7 +8,6 @@ bound. Measured from the signal to the process's end as this test sees it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -58,11 +57,18 @@ def model_args(paths: Paths) -> list[str]:
     return ["--catalog", str(paths.catalog), "--model", MODEL, "--no-calibrate", "--shutdown-grace-s", str(GRACE_S)]
 
 
-def send_in_flight(url: str) -> list[threading.Thread]:
+def send_in_flight(url: str, answers: list[tuple[int, str]] | None = None) -> list[threading.Thread]:
+    """32 requests in threads; their (status, error code) in ``answers`` (0: no answer)."""
+
     def one(index: int) -> None:
-        # Cut off by the exit: what is measured here is the exit itself.
-        with contextlib.suppress(httpx.HTTPError):
-            post(url, MODEL, [f"stuck {index}"], timeout=60)
+        try:
+            response = post(url, MODEL, [f"stuck {index}"], timeout=60)
+        except httpx.HTTPError:
+            if answers is not None:
+                answers.append((0, "no answer"))
+            return
+        if answers is not None:
+            answers.append((response.status_code, response.headers.get("x-sie-error-code", "")))
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(IN_FLIGHT)]
     for thread in threads:
@@ -88,7 +94,9 @@ def exit_seconds(proc: SiftProcess) -> float:
         took = time.monotonic() - signalled
         if proc.alive():
             proc.stop(signal.SIGKILL)
-    print(f"{proc.name}: exit {took:.2f} s after SIGTERM (grace {GRACE_S:g} s)")
+    print(f"{proc.name}: exit {took:.2f} s after SIGTERM (grace {GRACE_S:g} s), status {proc.process.returncode}")
+    # 0: a drain or the timer's clean exit, not faulthandler's last resort (1).
+    assert proc.process.returncode == 0, proc.log_tail()
     return took
 
 
@@ -126,9 +134,14 @@ def test_sift_gateway_exits_within_grace_with_requests_in_flight(cluster: LocalC
     try:
         wait_workers(cluster, MODEL, {"s-g"})
         before = markers(paths)
-        send_in_flight(cluster.url)
+        answers: list[tuple[int, str]] = []
+        threads = send_in_flight(cluster.url, answers)
         forward_running(paths, before)
         took = exit_seconds(cluster.gateway)
+        for thread in threads:
+            thread.join(30)
     finally:
         worker.stop(signal.SIGKILL)
     assert took <= BOUND_S, f"sift gateway exited {took:.2f} s after SIGTERM:\n{cluster.gateway.log_tail()}"
+    # Every request in flight is answered, retryably, before the gateway goes.
+    assert answers == [(503, "SHUTTING_DOWN")] * IN_FLIGHT

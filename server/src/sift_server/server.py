@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -61,6 +61,14 @@ def arm_exit_watchdog(grace_s: float) -> None:
     timer.daemon = True
     timer.start()
     faulthandler.dump_traceback_later(grace_s + BACKSTOP_S, exit=True)
+
+
+def exit_after_drain() -> None:
+    """The process has drained: leave now, without the interpreter's finalization.
+    That can take longer than what is left of the grace period (modules' and C
+    libraries' teardown: 0.2 s and more seen on the gateway), and the exit
+    watchdog cannot cut it short (daemon threads stop running once it starts)."""
+    hard_exit("stopped")
 
 
 def exit_if_threads_linger(exit_fn: Callable[[int], Any] = os._exit) -> None:
@@ -120,9 +128,16 @@ class DrainingServer(uvicorn.Server):
     in-flight work finish within the grace period, then exit (within
     EXIT_SLACK_S more, a watchdog makes sure). Second signal: exit at once."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        state: ServerState,
+        drain: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
         super().__init__(config)
         self.sift_state = state
+        # More to finish within the grace period once the models are closed (the gateway's requests).
+        self._drain = drain
         self._loop: asyncio.AbstractEventLoop | None = None
         self._trim: asyncio.Task[None] | None = None
 
@@ -146,7 +161,11 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain_then_exit()))
 
     async def _drain_then_exit(self) -> None:
-        await self.sift_state.registry.close(self.sift_state.settings.shutdown_grace_s)
+        grace = self.sift_state.settings.shutdown_grace_s
+        ends = time.monotonic() + grace
+        await self.sift_state.registry.close(grace)
+        if self._drain is not None:
+            await self._drain(max(0.0, ends - time.monotonic()))
         self.should_exit = True
 
 
@@ -191,4 +210,4 @@ def serve(settings: Settings) -> None:
     state = build_state(settings)
     app = create_app(state)
     DrainingServer(uvicorn_config(app, settings), state).run()
-    exit_if_threads_linger()
+    exit_after_drain()

@@ -208,11 +208,14 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
 
 
 def serve_gateway(settings: Any, options: GatewayOptions) -> None:
-    """Run the gateway under uvicorn; SIGTERM: refuse new requests, finish those in flight."""
+    """Run the gateway under uvicorn; SIGTERM: refuse new requests, relay the replies
+    that come within the grace period, answer the rest 503 SHUTTING_DOWN."""
     from sift_server.api.app import build_state
-    from sift_server.server import DrainingServer, configure_logging, uvicorn_config
+    from sift_server.server import DrainingServer, configure_logging, exit_after_drain, uvicorn_config
 
     configure_logging(settings)
     state = build_state(settings)
     app = create_gateway_app(state, options)
-    DrainingServer(uvicorn_config(app, settings), state).run()
+    gateway: Gateway = app.state.gateway
+    DrainingServer(uvicorn_config(app, settings), state, drain=gateway.drain).run()
+    exit_after_drain()

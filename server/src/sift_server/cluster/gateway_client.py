@@ -48,9 +48,12 @@ from sift_server.cluster.subjects import (
     reply_subject,
     work_subject,
 )
-from sift_server.errors import QueueFull, QueueTimeout, SiftError
+from sift_server.errors import QueueFull, QueueTimeout, ShuttingDown, SiftError
 
 log = logging.getLogger(__name__)
+
+# At a drain, the requests still waiting are answered this long before the grace period ends.
+DRAIN_ANSWER_S = 0.1
 
 
 class NoWorker(SiftError):
@@ -148,6 +151,18 @@ class Gateway:
         if self.nc is not None and not self.nc.is_closed:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
+
+    async def drain(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` (less a moment to write the answers) for the replies
+        of the requests in flight, then answer the rest 503 SHUTTING_DOWN: their
+        clients get a retryable answer rather than a closed connection. Their
+        messages stay queued; a worker may still run them (nobody reads that reply)."""
+        ends = time.monotonic() + max(0.0, grace_s - DRAIN_ANSWER_S)
+        while self.pending and time.monotonic() < ends:
+            await asyncio.sleep(0.02)
+        for waiting in list(self.pending.values()):
+            if not waiting.future.done():
+                waiting.future.set_exception(ShuttingDown("The gateway is shutting down; retry shortly."))
 
     async def _on_reply(self, msg: Msg) -> None:
         request_id = msg.subject.rsplit(".", 1)[1]

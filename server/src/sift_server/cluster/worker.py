@@ -408,9 +408,9 @@ def served_models(settings: Any) -> list[str]:
 
 
 def run_worker(settings: Any, options: WorkerOptions) -> None:
-    from sift_server.server import configure_logging, exit_if_threads_linger, run_event_loop, tune_collector
+    from sift_server.server import configure_logging, exit_after_drain, run_event_loop, tune_collector
 
     configure_logging(settings)
     tune_collector()
     run_event_loop(StreamWorker(settings, options, served_models(settings)).run())
-    exit_if_threads_linger()
+    exit_after_drain()
