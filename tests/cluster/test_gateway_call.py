@@ -22,7 +22,7 @@ from sift_server.cluster.subjects import (
     heartbeat_key,
     work_subject,
 )
-from sift_server.errors import QueueFull, QueueTimeout
+from sift_server.errors import QueueFull, QueueTimeout, ShuttingDown
 from tests.cluster.fakes import bare_gateway
 
 MODEL = "org/model"
@@ -154,6 +154,26 @@ def test_no_reply_in_time_is_queue_timeout_and_a_late_reply_is_dropped() -> None
             await asyncio.wait_for(call, 5)
         await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
         assert _duplicates(gateway) == 1
+
+    asyncio.run(run())
+
+
+def test_a_drain_relays_replies_in_the_grace_period_and_answers_the_rest_shutting_down() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        answered = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        _, answered_reply, _ = await _published(gateway, nc)
+        nc.sent.clear()
+        stuck = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        await _published(gateway, nc)
+        draining = asyncio.ensure_future(gateway.drain(0.3))
+        await asyncio.sleep(0.05)
+        await gateway._on_reply(_msg(answered_reply, pack_reply(REPLY)))  # within the grace period
+        assert await asyncio.wait_for(answered, 1) == REPLY
+        await asyncio.wait_for(draining, 2)
+        with pytest.raises(ShuttingDown):
+            await asyncio.wait_for(stuck, 1)
+        assert not gateway.pending
 
     asyncio.run(run())
 
