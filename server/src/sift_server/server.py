@@ -63,18 +63,14 @@ def arm_exit_watchdog(grace_s: float) -> None:
     faulthandler.dump_traceback_later(grace_s + BACKSTOP_S, exit=True)
 
 
-def exit_after_drain() -> None:
-    """The process has drained: leave now, without the interpreter's finalization.
-    That can take longer than what is left of the grace period (modules' and C
-    libraries' teardown: 0.2 s and more seen on the gateway), and the exit
-    watchdog cannot cut it short (daemon threads stop running once it starts)."""
-    hard_exit("stopped")
-
-
-def exit_if_threads_linger(exit_fn: Callable[[int], Any] = os._exit) -> None:
-    """Once uvicorn has returned: exit at once if a thread would hold the process."""
-    if lingering_threads():
-        hard_exit("server stopped", exit_fn)
+def exit_after_drain(exit_fn: Callable[[int], Any] = os._exit) -> None:
+    """The process has drained: leave now, without the interpreter's finalization,
+    and without waiting for a thread still running (a forward in its executor
+    thread, whose requests were answered). Finalization can take longer than what
+    is left of the grace period (modules' and C libraries' teardown: 0.2 s and
+    more seen on the gateway), and the exit watchdog cannot cut it short (daemon
+    threads stop running once it starts)."""
+    hard_exit("stopped", exit_fn)
 
 
 # glibc's mallopt parameter for the number of malloc arenas.
