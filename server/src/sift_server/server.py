@@ -206,4 +206,5 @@ def serve(settings: Settings) -> None:
     state = build_state(settings)
     app = create_app(state)
     DrainingServer(uvicorn_config(app, settings), state).run()
-    exit_after_drain()
+    if state.draining:  # stopped by a signal (not, say, by a test's stand-in for uvicorn)
+        exit_after_drain()

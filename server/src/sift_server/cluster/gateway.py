@@ -218,4 +218,5 @@ def serve_gateway(settings: Any, options: GatewayOptions) -> None:
     app = create_gateway_app(state, options)
     gateway: Gateway = app.state.gateway
     DrainingServer(uvicorn_config(app, settings), state, drain=gateway.drain).run()
-    exit_after_drain()
+    if state.draining:
+        exit_after_drain()

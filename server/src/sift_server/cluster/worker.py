@@ -412,5 +412,7 @@ def run_worker(settings: Any, options: WorkerOptions) -> None:
 
     configure_logging(settings)
     tune_collector()
-    run_event_loop(StreamWorker(settings, options, served_models(settings)).run())
-    exit_after_drain()
+    worker = StreamWorker(settings, options, served_models(settings))
+    run_event_loop(worker.run())
+    if worker.state.draining:
+        exit_after_drain()
