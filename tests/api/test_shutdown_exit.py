@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from sift_server.server import exit_if_threads_linger, hard_exit, lingering_threads
+from sift_server.server import exit_after_drain, hard_exit, lingering_threads
 
 
 def test_a_running_forward_thread_does_not_hold_the_exit() -> None:
@@ -18,7 +18,7 @@ def test_a_running_forward_thread_does_not_hold_the_exit() -> None:
     exits: list[int] = []
     try:
         assert forward in lingering_threads()
-        exit_if_threads_linger(exits.append)
+        exit_after_drain(exits.append)
         assert exits == [0]
     finally:
         release.set()

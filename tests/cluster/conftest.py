@@ -14,7 +14,10 @@ from sift_server.cluster.local import LocalCluster, start_local_cluster
 from sift_server.processes import SiftProcess, spawn
 
 LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+# The repository root (for tests.*) before the caller's PYTHONPATH, which may put a
+# checkout's own sources ahead of the installed ones: the processes run the same code.
+_PATH = os.pathsep.join(p for p in (str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")) if p)
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": _PATH}
 
 
 def start_cluster(folder: Path, workers: int, worker_args: Sequence[str], gateway_args: Sequence[str]) -> LocalCluster:

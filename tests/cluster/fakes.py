@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from sift_server.cluster.gateway import Gateway, GatewayOptions
+from sift_server.cluster.gateway_client import Gateway, GatewayOptions
 
 
 class _Metrics:

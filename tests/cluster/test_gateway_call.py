@@ -6,22 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
 
 from sift_server.cluster.codec import WorkReply, WorkRequest, pack_reply, unpack_request
-from sift_server.cluster.gateway import Gateway
+from sift_server.cluster.gateway_client import Gateway
 from sift_server.cluster.subjects import (
     ACK_PREFIX,
     DEADLINE_HEADER,
     MSG_ID_HEADER,
     REPLY_HEADER,
-    model_token,
+    heartbeat_key,
     work_subject,
 )
-from sift_server.errors import QueueFull, QueueTimeout
+from sift_server.errors import QueueFull, QueueTimeout, ShuttingDown
 from tests.cluster.fakes import bare_gateway
 
 MODEL = "org/model"
@@ -48,7 +49,7 @@ def _gateway(**options: Any) -> tuple[Gateway, FakeNats]:
     nc = FakeNats()
     gateway.nc = nc  # type: ignore[assignment]
     gateway.js = object()  # type: ignore[assignment]
-    gateway.live = {model_token(MODEL)}
+    gateway.heartbeats.put(heartbeat_key(MODEL, "w1"), b"{}", time.monotonic())
     return gateway, nc
 
 
@@ -153,6 +154,26 @@ def test_no_reply_in_time_is_queue_timeout_and_a_late_reply_is_dropped() -> None
             await asyncio.wait_for(call, 5)
         await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
         assert _duplicates(gateway) == 1
+
+    asyncio.run(run())
+
+
+def test_a_drain_relays_replies_in_the_grace_period_and_answers_the_rest_shutting_down() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        answered = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        _, answered_reply, _ = await _published(gateway, nc)
+        nc.sent.clear()
+        stuck = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        await _published(gateway, nc)
+        draining = asyncio.ensure_future(gateway.drain(0.3))
+        await asyncio.sleep(0.05)
+        await gateway._on_reply(_msg(answered_reply, pack_reply(REPLY)))  # within the grace period
+        assert await asyncio.wait_for(answered, 1) == REPLY
+        await asyncio.wait_for(draining, 2)
+        with pytest.raises(ShuttingDown):
+            await asyncio.wait_for(stuck, 1)
+        assert not gateway.pending
 
     asyncio.run(run())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nats
 
-from sift_server.cluster.jetstream import ensure_stream
+from sift_server.cluster.jetstream import ensure_consumer, ensure_stream
 from sift_server.cluster.subjects import STREAM, StreamLimits, model_token, work_subject
 from sift_server.processes import start_nats
 
@@ -39,3 +39,28 @@ def test_gateway_limits_apply_to_a_stream_a_worker_created_first(tmp_path: Path)
     finally:
         proc.stop()
     assert per_model == 7
+
+
+def test_a_consumer_an_older_worker_created_takes_the_new_ack_wait(tmp_path: Path) -> None:
+    # A stream kept on disk from a run with the old 30 s default must not keep
+    # a dead worker's messages for 30 s.
+    proc, url = start_nats(tmp_path)
+
+    async def run() -> float:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            await ensure_stream(js, None)
+            await ensure_consumer(js, "org/m", ack_wait_s=30.0)
+            durable = await ensure_consumer(js, "org/m", ack_wait_s=3.0)
+            info = await js.consumer_info(STREAM, durable)
+            assert info.config.ack_wait is not None
+            return float(info.config.ack_wait)
+        finally:
+            await nc.close()
+
+    try:
+        ack_wait = asyncio.run(run())
+    finally:
+        proc.stop()
+    assert ack_wait == 3.0

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import faulthandler
 import gc
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -27,7 +28,10 @@ T = TypeVar("T")
 
 # After the grace period the process exits within this much more, whatever is
 # still running (uvicorn polls every 0.1 s; the rest is slack).
-EXIT_SLACK_S = 0.4
+EXIT_SLACK_S = 0.25
+# The last resort, later still: a C thread that needs no GIL ends the process
+# (exit status 1) if the Python watchdog could not run in time.
+BACKSTOP_S = 0.4
 
 
 def lingering_threads() -> list[threading.Thread]:
@@ -49,10 +53,25 @@ def hard_exit(reason: str, exit_fn: Callable[[int], Any] = os._exit) -> None:
     exit_fn(0)
 
 
-def exit_if_threads_linger(exit_fn: Callable[[int], Any] = os._exit) -> None:
-    """Once uvicorn has returned: exit at once if a thread would hold the process."""
-    if lingering_threads():
-        hard_exit("server stopped", exit_fn)
+def arm_exit_watchdog(grace_s: float) -> None:
+    """From now, the process is gone within ``grace_s`` + BACKSTOP_S, whatever
+    still runs: a timer thread exits cleanly after EXIT_SLACK_S more and, should
+    a thread hog the GIL or the interpreter hang, faulthandler's watchdog (C, no
+    GIL) dumps the threads' stacks to stderr and exits a little later."""
+    timer = threading.Timer(grace_s + EXIT_SLACK_S, hard_exit, args=("shutdown grace period over",))
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(grace_s + BACKSTOP_S, exit=True)
+
+
+def exit_after_drain(exit_fn: Callable[[int], Any] = os._exit) -> None:
+    """The process has drained: leave now, without the interpreter's finalization,
+    and without waiting for a thread still running (a forward in its executor
+    thread, whose requests were answered). Finalization can take longer than what
+    is left of the grace period (modules' and C libraries' teardown: 0.2 s and
+    more seen on the gateway), and the exit watchdog cannot cut it short (daemon
+    threads stop running once it starts)."""
+    hard_exit("stopped", exit_fn)
 
 
 # glibc's mallopt parameter for the number of malloc arenas.
@@ -106,9 +125,16 @@ class DrainingServer(uvicorn.Server):
     in-flight work finish within the grace period, then exit (within
     EXIT_SLACK_S more, a watchdog makes sure). Second signal: exit at once."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        state: ServerState,
+        drain: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
         super().__init__(config)
         self.sift_state = state
+        # More to finish within the grace period once the models are closed (the gateway's requests).
+        self._drain = drain
         self._loop: asyncio.AbstractEventLoop | None = None
         self._trim: asyncio.Task[None] | None = None
 
@@ -128,13 +154,15 @@ class DrainingServer(uvicorn.Server):
         self.sift_state.draining = True
         # Whatever uvicorn still waits for (a connection mid-body, a forward in a
         # non-daemon thread), the process is gone shortly after the grace period.
-        watchdog = threading.Timer(grace + EXIT_SLACK_S, hard_exit, args=("shutdown grace period over",))
-        watchdog.daemon = True
-        watchdog.start()
+        arm_exit_watchdog(grace)
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain_then_exit()))
 
     async def _drain_then_exit(self) -> None:
-        await self.sift_state.registry.close(self.sift_state.settings.shutdown_grace_s)
+        grace = self.sift_state.settings.shutdown_grace_s
+        ends = time.monotonic() + grace
+        await self.sift_state.registry.close(grace)
+        if self._drain is not None:
+            await self._drain(max(0.0, ends - time.monotonic()))
         self.should_exit = True
 
 
@@ -179,4 +207,5 @@ def serve(settings: Settings) -> None:
     state = build_state(settings)
     app = create_app(state)
     DrainingServer(uvicorn_config(app, settings), state).run()
-    exit_if_threads_linger()
+    if state.draining:  # stopped by a signal (not, say, by a test's stand-in for uvicorn)
+        exit_after_drain()

@@ -46,9 +46,17 @@ def register(subparsers: Any) -> None:
         type=int,
         help="Messages held per model at once (default: two forwards' worth, 2 x the batch request cap, at most 64).",
     )
-    w.add_argument("--ack-wait-s", type=float, default=30.0, help="Redeliver a message unacknowledged this long (30).")
     w.add_argument(
-        "--progress-interval-s", type=float, default=10.0, help="Extend the ack wait of running messages (10; 0: off)."
+        "--ack-wait-s",
+        type=float,
+        default=3.0,
+        help="Redeliver a message unacknowledged this long: a dead worker's messages come back after it (3).",
+    )
+    w.add_argument(
+        "--progress-interval-s",
+        type=float,
+        default=1.0,
+        help="Extend the ack wait of held messages this often, from a keepalive thread (1; 0: off).",
     )
     w.add_argument("--worker-id", help="Name in heartbeats and the X-Sift-Worker header (default host-pid).")
     w.set_defaults(handler=_worker)
@@ -80,7 +88,8 @@ _CLUSTER_KEYS = (
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from sift_server.cluster.gateway import GatewayOptions, serve_gateway
+    from sift_server.cluster.gateway import serve_gateway
+    from sift_server.cluster.gateway_client import GatewayOptions
     from sift_server.cluster.subjects import StreamLimits
     from sift_server.registry.catalog import CatalogError
     from sift_server.serve_args import settings_from_args

@@ -12,9 +12,10 @@ standing per free slot, so the server pushes each message as soon as it is
 published (no polling, no waiting for a full batch) to a worker with room.
 
 Reply first, then acknowledge. A message not acknowledged (the worker died)
-is redelivered after the consumer's ack wait; while a message runs, the
-worker tells the server it is still in progress. A message whose deadline
-passed is not run.
+is redelivered after the consumer's ack wait (3 s by default); while a message
+is held (queued or running), the worker tells the server every second that it
+is still in progress, from a thread of its own (cluster.keepalive) that also
+puts the heartbeats. A message whose deadline passed is not run.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
 from sift_server.cluster.heartbeat import worker_view
 from sift_server.cluster.hops import PUBLISHED_HEADER, STAMPS, format_stamps, stamps_enabled, worker_headers
 from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartbeat_bucket
+from sift_server.cluster.keepalive import Keepalive
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
     REPLY_HEADER,
@@ -57,6 +59,7 @@ from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.worker import ModelWorker
 from sift_server.errors import RequestCancelled, RouteNotFound, ShuttingDown, SiftError
+from sift_server.server import arm_exit_watchdog, hard_exit
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +86,9 @@ class WorkerOptions:
     nats_url: str = "nats://127.0.0.1:4222"
     # Messages one model may hold at once (None: ``holding_limit``'s default).
     max_inflight: int | None = None
-    ack_wait_s: float = 30.0
-    # Tell the server a running message is still in progress this often (0: never).
-    progress_interval_s: float = 10.0
+    ack_wait_s: float = 3.0
+    # Tell the server a held message is still in progress this often (0: never).
+    progress_interval_s: float = 1.0
     heartbeat_s: float = 2.0
     heartbeat_ttl_s: float = 6.0
     # A standing pull request expires after this and is renewed.
@@ -145,7 +148,6 @@ class ModelPuller:
         self._wanted = asyncio.Event()
         self._inbox = ""
         self._loop_task: asyncio.Task[None] | None = None
-        self._progress_task: asyncio.Task[None] | None = None
         self.stopping = False
 
     @property
@@ -164,8 +166,6 @@ class ModelPuller:
         self._inbox = nc.new_inbox()
         await nc.subscribe(self._inbox, cb=self._on_message)
         self._loop_task = asyncio.ensure_future(self._pull_loop())
-        if self.owner.options.progress_interval_s > 0:
-            self._progress_task = asyncio.ensure_future(self._progress_loop())
 
     async def _pull_loop(self) -> None:
         """Keep one single-message pull request standing per free slot. The
@@ -221,6 +221,7 @@ class ModelPuller:
         self._ids += 1
         key = self._ids
         self.inflight[key] = msg
+        self.owner.keepalive_hold(msg.reply)
         task = asyncio.ensure_future(self._handle(key, msg, ticket, delivered, arrived))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -266,15 +267,8 @@ class ModelPuller:
                 ticket.end()
         finally:
             self.inflight.pop(key, None)
+            self.owner.keepalive_release(msg.reply)
             self._wanted.set()
-
-    async def _progress_loop(self) -> None:
-        interval = self.owner.options.progress_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            for msg in list(self.inflight.values()):
-                with contextlib.suppress(Exception):
-                    await msg.in_progress()
 
     async def drain(self, grace_s: float) -> None:
         """Take no new messages; finish (reply, ack) those held, within the grace period."""
@@ -284,8 +278,6 @@ class ModelPuller:
             self._loop_task.cancel()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=grace_s)
-        if self._progress_task is not None:
-            self._progress_task.cancel()
 
 
 class StreamWorker:
@@ -300,6 +292,7 @@ class StreamWorker:
         self.kv: KeyValue | None = None
         self.pullers: list[ModelPuller] = []
         self.stamps = stamps_enabled()
+        self.keepalive: Keepalive | None = None
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -312,54 +305,73 @@ class StreamWorker:
         self.js = self.nc.jetstream()
         await ensure_stream(self.js, None)
         self.kv = await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
+        self.keepalive = Keepalive(
+            self.options.nats_url,
+            f"sift-worker-{self.worker_id}",
+            self._beats(),
+            self.options.heartbeat_s,
+            self.options.progress_interval_s,
+        )
+        await asyncio.to_thread(self.keepalive.start)
         for name in self.models:
             durable = await ensure_consumer(self.js, name, self.options.ack_wait_s)
             puller = ModelPuller(self, name, durable)
             await puller.start()
             self.pullers.append(puller)
-        await self._beat()
-        beating = asyncio.ensure_future(self._heartbeats())
         log.info("worker %s ready: %s", self.worker_id, ", ".join(self.models))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stop.set)
+            loop.add_signal_handler(sig, self._on_signal)
         await self._stop.wait()
-        grace = self.settings.shutdown_grace_s
+        await self._drain(self.settings.shutdown_grace_s)
+
+    async def _drain(self, grace: float) -> None:
+        """Within ``grace`` in all: no new messages, finish (reply, ack) those held,
+        close the models; what is unfinished then is redelivered to other workers."""
+        ends = time.monotonic() + grace
         log.info("worker %s draining (grace %.1fs)", self.worker_id, grace)
-        beating.cancel()
-        await self._unbeat()
-        await asyncio.gather(*(p.drain(grace) for p in self.pullers))
+        assert self.keepalive is not None
+        await asyncio.to_thread(self.keepalive.quiet)
+        await asyncio.gather(*(p.drain(max(0.0, ends - time.monotonic())) for p in self.pullers))
         self.state.draining = True
-        await self.state.registry.close(grace)
-        with contextlib.suppress(Exception):
-            await self.nc.drain()
+        await self.state.registry.close(max(0.0, ends - time.monotonic()))
+        await asyncio.to_thread(self.keepalive.stop)
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(max(0.1, ends - time.monotonic())):
+                    await self.nc.drain()
         log.info("worker %s stopped", self.worker_id)
+
+    def _on_signal(self) -> None:
+        if self._stop.is_set():
+            hard_exit("second signal")
+        # Whatever still runs when the grace period is over, the process leaves.
+        arm_exit_watchdog(self.settings.shutdown_grace_s)
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
 
-    async def _beat(self) -> None:
-        assert self.kv is not None
+    def keepalive_hold(self, ack_subject: str | None) -> None:
+        if ack_subject and self.keepalive is not None:
+            self.keepalive.hold(ack_subject)
+
+    def keepalive_release(self, ack_subject: str | None) -> None:
+        if ack_subject and self.keepalive is not None:
+            self.keepalive.release(ack_subject)
+
+    def _beats(self) -> dict[str, dict[str, Any]]:
+        """Each served model's heartbeat (its key and value, less the time of the put)."""
+        beats: dict[str, dict[str, Any]] = {}
         for name in self.models:
             record = self.state.registry.records.get(name)
             described = model_info(record, self.state.runtime_instance) if record is not None else {}
-            value = {"worker": self.worker_id, "pid": os.getpid(), "at": time.time(), "model": worker_view(described)}
-            await self.kv.put(heartbeat_key(name, self.worker_id), json.dumps(value).encode())
-
-    async def _unbeat(self) -> None:
-        if self.kv is None:
-            return
-        for name in self.models:
-            with contextlib.suppress(Exception):
-                await self.kv.delete(heartbeat_key(name, self.worker_id))
-
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(self.options.heartbeat_s)
-            try:
-                await self._beat()
-            except Exception as exc:
-                log.warning("heartbeat failed: %r", exc)
+            beats[heartbeat_key(name, self.worker_id)] = {
+                "worker": self.worker_id,
+                "pid": os.getpid(),
+                "model": worker_view(described),
+            }
+        return beats
 
 
 def served_models(settings: Any) -> list[str]:
@@ -368,8 +380,11 @@ def served_models(settings: Any) -> list[str]:
 
 
 def run_worker(settings: Any, options: WorkerOptions) -> None:
-    from sift_server.server import configure_logging, run_event_loop, tune_collector
+    from sift_server.server import configure_logging, exit_after_drain, run_event_loop, tune_collector
 
     configure_logging(settings)
     tune_collector()
-    run_event_loop(StreamWorker(settings, options, served_models(settings)).run())
+    worker = StreamWorker(settings, options, served_models(settings))
+    run_event_loop(worker.run())
+    if worker.state.draining:
+        exit_after_drain()

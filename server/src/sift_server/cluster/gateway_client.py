@@ -1,0 +1,305 @@
+"""The gateway's NATS side: publish a request to its model's work queue, await
+the reply a worker publishes on this gateway's inbox, and know which models
+have a live worker (cluster.liveness).
+
+Exactly one answer per request: replies are matched by request id and later
+ones are dropped. The stream's publish ack is not awaited before the reply: it
+arrives on this gateway's ack subject while the worker runs the request, and
+only a refusal (the stream is full), a missing stream or no ack within
+``publish_timeout_s`` fails the request (503 QUEUE_FULL), unless its reply came
+first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from prometheus_client import Counter
+
+from sift_server.cluster.codec import WorkReply, WorkRequest, pack_request, unpack_reply
+from sift_server.cluster.hops import PUBLISHED_HEADER, stamp, stamps_enabled
+from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
+from sift_server.cluster.liveness import Heartbeats, consumer_has_worker
+from sift_server.cluster.subjects import (
+    ACK_PREFIX,
+    DEADLINE_HEADER,
+    MSG_ID_HEADER,
+    REPLY_HEADER,
+    REPLY_PREFIX,
+    STREAM,
+    StreamLimits,
+    ack_subject,
+    durable_name,
+    model_token,
+    reply_subject,
+    work_subject,
+)
+from sift_server.core.serve import new_request_id
+from sift_server.core.state import ServerState
+from sift_server.errors import QueueFull, QueueTimeout, ShuttingDown, SiftError
+
+log = logging.getLogger(__name__)
+
+# At a drain, the requests still waiting are answered this long before the grace period ends.
+DRAIN_ANSWER_S = 0.1
+
+
+class NoWorker(SiftError):
+    """No live worker serves the model (yet): like a model still loading."""
+
+    status, code, retry_after = 503, "MODEL_LOADING", 5
+
+
+@dataclass(slots=True)
+class GatewayOptions:
+    nats_url: str = "nats://127.0.0.1:4222"
+    limits: StreamLimits = field(default_factory=StreamLimits)
+    # The longest a request waits for its reply (also its deadline on the worker).
+    request_timeout_s: float = 60.0
+    publish_timeout_s: float = 5.0
+    heartbeat_ttl_s: float = 6.0
+    # How long a model's consumer state is reused before it is asked again.
+    liveness_poll_s: float = 0.5
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A request waiting for its reply; ``stamps``: its hop stamps (SIFT_HOP_STAMPS)."""
+
+    future: asyncio.Future[WorkReply]
+    model: str
+    stamps: list[tuple[str, float]] | None = None
+    acked: bool = False  # the stream answered its publish
+    # Fails the request if the stream has not answered its publish in time.
+    ack_timer: asyncio.TimerHandle | None = None
+
+
+def ack_error(model: str, msg: Msg) -> SiftError | None:
+    """What the stream's answer to a publish means for its request: None when it
+    stored the message (or had it already: a duplicate id), else the 503 to answer."""
+    status = msg.headers.get("Status") if msg.headers else None
+    if status is not None and not msg.data:
+        # 503: nothing listens on the subject (no stream); like nats-py's NoRespondersError.
+        return QueueFull(f"The work queue is unavailable (status {status}); retry shortly.")
+    if b'"error"' not in msg.data:
+        return None  # {"stream": ..., "seq": ...}: stored
+    try:
+        described = json.loads(msg.data)["error"].get("description", "refused")
+    except (ValueError, KeyError, AttributeError):
+        described = "refused"
+    return QueueFull(f"Model '{model}': the work queue is full ({described}); retry shortly.")
+
+
+class Gateway:
+    """The NATS side of the gateway: publish, await the reply, know live models."""
+
+    def __init__(self, options: GatewayOptions, state: ServerState) -> None:
+        self.options = options
+        self.state = state
+        self.gateway_id = uuid.uuid4().hex[:16]
+        self.nc: NATS | None = None
+        self.js: JetStreamContext | None = None
+        self.kv: KeyValue | None = None
+        self.pending: dict[str, Waiting] = {}
+        self.stamps = stamps_enabled()
+        self.heartbeats = Heartbeats(options.heartbeat_ttl_s)
+        # Per model: when its consumer was last asked, and whether it showed a worker.
+        self._consumers: dict[str, tuple[float, bool]] = {}
+        self._watcher: asyncio.Task[None] | None = None
+        self.duplicates = Counter(
+            "sift_gateway_duplicate_replies",
+            "Replies dropped: their request was answered already",
+            registry=state.metrics.registry,
+        )
+        self.refused = Counter(
+            "sift_gateway_publish_refused",
+            "Publishes refused by the work stream (full)",
+            registry=state.metrics.registry,
+        )
+
+    async def start(self) -> None:
+        self.nc = await nats.connect(
+            self.options.nats_url.split(","), name=f"sift-gateway-{self.gateway_id}", max_reconnect_attempts=-1
+        )
+        self.js = self.nc.jetstream()
+        await ensure_stream(self.js, self.options.limits)
+        self.kv = await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
+        await self.nc.subscribe(f"{REPLY_PREFIX}.{self.gateway_id}.*", cb=self._on_reply)
+        await self.nc.subscribe(f"{ACK_PREFIX}.{self.gateway_id}.*", cb=self._on_ack)
+        synced = asyncio.Event()
+        self._watcher = asyncio.ensure_future(self._watch_heartbeats(synced))
+        with contextlib.suppress(TimeoutError):
+            # The heartbeats already in the bucket, before the first request is judged.
+            async with asyncio.timeout(self.options.publish_timeout_s):
+                await synced.wait()
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if self.nc is not None and not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+
+    async def drain(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` (less a moment to write the answers) for the replies
+        of the requests in flight, then answer the rest 503 SHUTTING_DOWN: their
+        clients get a retryable answer rather than a closed connection. Their
+        messages stay queued; a worker may still run them (nobody reads that reply)."""
+        ends = time.monotonic() + max(0.0, grace_s - DRAIN_ANSWER_S)
+        while self.pending and time.monotonic() < ends:
+            await asyncio.sleep(0.02)
+        for waiting in list(self.pending.values()):
+            if not waiting.future.done():
+                waiting.future.set_exception(ShuttingDown("The gateway is shutting down; retry shortly."))
+
+    async def _on_reply(self, msg: Msg) -> None:
+        request_id = msg.subject.rsplit(".", 1)[1]
+        waiting = self.pending.get(request_id)
+        if waiting is None or waiting.future.done():
+            # A redelivered request answered twice (or after we gave up): drop it.
+            self.duplicates.inc()
+            return
+        if waiting.stamps is not None:
+            waiting.stamps.append(("g_reply", time.perf_counter()))
+        waiting.future.set_result(unpack_reply(msg.data))
+
+    async def _on_ack(self, msg: Msg) -> None:
+        waiting = self.pending.get(msg.subject.rsplit(".", 1)[1])
+        if waiting is None:
+            return  # answered (or given up) already
+        waiting.acked = True
+        if waiting.ack_timer is not None:
+            waiting.ack_timer.cancel()
+            waiting.ack_timer = None
+        if waiting.stamps is not None:
+            waiting.stamps.append(("g_acked", time.perf_counter()))
+        error = ack_error(waiting.model, msg)
+        if error is not None:
+            if msg.data:
+                self.refused.inc()
+            if not waiting.future.done():
+                waiting.future.set_exception(error)
+
+    def _ack_overdue(self, request_id: str) -> None:
+        waiting = self.pending.get(request_id)
+        if waiting is not None and not waiting.acked and not waiting.future.done():
+            waiting.future.set_exception(QueueFull("The work queue is unavailable (no ack in time); retry shortly."))
+
+    async def _watch_heartbeats(self, synced: asyncio.Event) -> None:
+        """Follow the heartbeat bucket: every put and delete is pushed to us (no
+        re-reading of the bucket, whose keys() can miss entries: nats-io/nats.py#842)."""
+        while True:
+            try:
+                assert self.kv is not None
+                watcher = await self.kv.watchall()
+                async for entry in watcher:
+                    if entry is None:  # the bucket's current entries are all in
+                        synced.set()
+                        continue
+                    if entry.operation in (KV_DEL, KV_PURGE):
+                        self.heartbeats.remove(entry.key)
+                        continue
+                    # Heard when it was put (an entry read at the watch's start may be old).
+                    age = time.time() - entry.created.timestamp() if entry.created is not None else 0.0
+                    self.heartbeats.put(entry.key, entry.value or b"", time.monotonic() - max(0.0, age))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("heartbeat watch failed, restarting it: %r", exc)
+                await asyncio.sleep(self.options.liveness_poll_s)
+
+    async def has_worker(self, model: str) -> bool:
+        """A live heartbeat for the model, else its consumer showing a worker (cluster.liveness)."""
+        token = model_token(model)
+        now = time.monotonic()
+        if self.heartbeats.serves(token, now):
+            return True
+        checked = self._consumers.get(token)
+        if checked is not None and now - checked[0] < self.options.liveness_poll_s:
+            return checked[1]
+        found = await self._consumer_shows_worker(model)
+        self._consumers[token] = (time.monotonic(), found)
+        return found
+
+    async def _consumer_shows_worker(self, model: str) -> bool:
+        if self.js is None:
+            return False
+        try:
+            info = await self.js.consumer_info(STREAM, durable_name(model))
+        except Exception:
+            return False  # no consumer: no worker ever served the model
+        acked = info.ack_floor.last_active if info.ack_floor is not None else None
+        age = time.time() - acked.timestamp() if acked is not None else None
+        return consumer_has_worker(info.num_waiting or 0, info.num_ack_pending or 0, age, self.options.heartbeat_ttl_s)
+
+    async def worker_view(self, model: str) -> dict[str, Any] | None:
+        """What a live worker's heartbeat says of the loaded model (None: no live worker)."""
+        for key in self.heartbeats.live_keys(model_token(model), time.monotonic()):
+            value = self.heartbeats.value(key)
+            if value:
+                view = json.loads(value).get("model")
+                if isinstance(view, dict):
+                    return view
+        return None
+
+    async def call(self, model: str, work: WorkRequest, stamps: list[tuple[str, float]] | None = None) -> WorkReply:
+        """Publish one request and wait for its reply (raises SiftError). ``stamps``
+        (SIFT_HOP_STAMPS): the hop's gateway-side stamps are appended to it."""
+        assert self.nc is not None
+        if not await self.has_worker(model):
+            raise NoWorker(f"No worker serves model '{model}' at the moment; retry shortly.")
+        # Unique across gateways (a random per-process prefix): the stream deduplicates by it.
+        request_id = new_request_id()
+        timeout = self.options.request_timeout_s
+        loop = asyncio.get_running_loop()
+        waiting = Waiting(loop.create_future(), model, stamps)
+        self.pending[request_id] = waiting
+        now = time.time()
+        headers = {
+            MSG_ID_HEADER: request_id,
+            REPLY_HEADER: reply_subject(self.gateway_id, request_id),
+            DEADLINE_HEADER: stamp(now + timeout),
+            PUBLISHED_HEADER: stamp(now),
+        }
+        payload = pack_request(work)
+        if stamps is not None:
+            stamps.append(("g_publish", time.perf_counter()))
+        try:
+            try:
+                # The stream answers on our ack subject (_on_ack) while the request runs.
+                await self.nc.publish(
+                    work_subject(model), payload, reply=ack_subject(self.gateway_id, request_id), headers=headers
+                )
+            except nats.errors.Error as exc:
+                raise QueueFull(f"The work queue is unavailable ({type(exc).__name__}); retry shortly.") from None
+            if stamps is not None:
+                stamps.append(("g_published", time.perf_counter()))
+            if not waiting.acked and not waiting.future.done():
+                waiting.ack_timer = loop.call_later(self.options.publish_timeout_s, self._ack_overdue, request_id)
+            try:
+                # asyncio.timeout, not wait_for: the reply wakes this task in one turn of the loop, not two.
+                async with asyncio.timeout(timeout):
+                    reply = await waiting.future
+            except TimeoutError:
+                raise QueueTimeout(
+                    f"Model '{model}': no worker answered within {timeout:g} s; retry shortly."
+                ) from None
+            if stamps is not None:
+                stamps.append(("g_resume", time.perf_counter()))
+            return reply
+        finally:
+            self.pending.pop(request_id, None)
+            if waiting.ack_timer is not None:
+                waiting.ack_timer.cancel()
