@@ -20,7 +20,9 @@ from sift_server.simulator.forward_model import ForwardPreset
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 
 OLD_RULES = "adaptive-old"
-ARMS = (*POLICIES, OLD_RULES)
+# The reference server's timed window: whole waves (no load caps), one forward each.
+WHOLE_TIMED = "timed-whole"
+ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +31,16 @@ class Arm:
     policy: Callable[[], SimPolicy]
     order: Order = "arrival"
     wave_hold: bool = True
+    load_caps: bool = True
+    sub_forwards: bool = True
 
 
 def make_arm(name: str, **policy_options: float) -> Arm:
     """An arm by name (``ARMS``); options go to ``make_policy``."""
     if name == OLD_RULES:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), order="cost", wave_hold=False)
+    if name == WHOLE_TIMED:
+        return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
     return Arm(name, lambda: make_policy(name, **policy_options))
 
 
@@ -59,7 +65,13 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
     """The server's scheduler settings, with this matrix's caps and the arm's rules."""
     efficient = getattr(forward, "efficient_tokens", None)
     load_caps = replace(matrix.caps, max_cost=min(matrix.caps.max_cost, efficient)) if efficient else None
-    return SchedulerConfig(caps=matrix.caps, load_caps=load_caps, order=arm.order, wave_hold=arm.wave_hold)
+    return SchedulerConfig(
+        caps=matrix.caps,
+        load_caps=load_caps if arm.load_caps else None,
+        order=arm.order,
+        wave_hold=arm.wave_hold,
+        sub_forwards=arm.sub_forwards,
+    )
 
 
 def run_matrix(matrix: Matrix) -> list[Summary]:

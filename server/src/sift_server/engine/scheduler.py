@@ -52,6 +52,8 @@ class SchedulerConfig:
     order: Order = "arrival"
     # Hold for a returning wave where the forward's fixed cost says it pays.
     wave_hold: bool = True
+    # Cut batches into sub-forwards of similar length where that pays (engine.padding).
+    sub_forwards: bool = True
     # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
     link_gap: float = 0.002
     busy_link_gap: float = 0.050
@@ -73,6 +75,8 @@ class Batch:
     decided: float
     # Sub-forwards of similar length (engine.padding): (slice index, item index) pairs.
     chunks: Sequence[Sequence[tuple[int, int]]] = ()
+    # Answer every request when the batch ends, not as its sub-forward ends.
+    deliver_together: bool = False
 
     @property
     def request_ids(self) -> list[str]:
@@ -88,6 +92,15 @@ class Batch:
 
     def item_cost(self, at: tuple[int, int]) -> int:
         return self.slices[at[0]].pending.item_costs[at[1]]
+
+    def answered(self, chunk: int) -> list[int]:
+        """Slices whose request is complete once sub-forward ``chunk`` has run
+        (the last sub-forward holding one of their items, for a last slice)."""
+        last: dict[int, int] = {}
+        for index, part in enumerate(self.chunks):
+            for k, _ in part:
+                last[k] = index
+        return [k for k, index in sorted(last.items()) if index == chunk and self.slices[k].is_last]
 
     @property
     def padded_cost(self) -> int:
@@ -224,7 +237,22 @@ class Scheduler:
         head = queue.head
         return head is not None and head.arrival <= self.last_forward_end + self.config.return_horizon
 
+    @property
+    def whole_waves(self) -> bool:
+        """Closed-loop clients come back in waves: each batch runs without the
+        load caps and answers its requests together when it ends.
+
+        A wave cut by the load caps leaves some of its requests behind for a
+        whole forward, and a sub-forward that answers early sends its clients
+        back while the rest of the batch still runs, so they queue behind it and
+        split the next wave: both spread the latencies of a closed loop and
+        neither adds items/s (the worker is busy either way; the cut by length
+        still runs, so rows stay short)."""
+        return self.config.wave_hold and self.waves.reliable
+
     def _caps_for(self, queue: BatchQueue) -> Caps:
+        if self.whole_waves:
+            return self.config.caps
         if self.config.load_caps is not None and not self.closing and self._under_load(queue):
             return self.config.load_caps
         return self.config.caps
@@ -287,8 +315,9 @@ class Scheduler:
         slices = queue.take(self._caps_for(queue), self.config.order)
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
-        chunks = [[items[j] for j in group] for group in padding.plan(costs, self.costs.fixed_tokens)]
-        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks)
+        fixed_tokens = self.costs.fixed_tokens if self.config.sub_forwards else None
+        chunks = [[items[j] for j in group] for group in padding.plan(costs, fixed_tokens)]
+        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, self.whole_waves)
         self.running = batch
         return batch
 
