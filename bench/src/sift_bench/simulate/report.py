@@ -123,9 +123,7 @@ def verdicts(summaries: Iterable[Summary]) -> list[Verdict]:
             figure = " then ".join(c.label for c in criteria)
             ok = compare(by_policy[CHALLENGER], by_policy[best], criteria) <= 0
         result.append(
-            Verdict(
-                forward=forward, family=family, kind=kind, figure=figure, values=values, best_reference=best, ok=ok
-            )
+            Verdict(forward=forward, family=family, kind=kind, figure=figure, values=values, best_reference=best, ok=ok)
         )
     return result
 

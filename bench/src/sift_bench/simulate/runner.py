@@ -12,11 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sift_bench.simulate.metrics import Summary, summarize
-from sift_server.engine.batch_queue import Caps, Order
+from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import ForwardPreset
+from sift_server.simulator.old_rules import CostOrderQueue
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 
 OLD_RULES = "adaptive-old"
@@ -29,7 +30,7 @@ ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED)
 class Arm:
     name: str
     policy: Callable[[], SimPolicy]
-    order: Order = "arrival"
+    queue: Callable[[str], BatchQueue] = BatchQueue
     wave_hold: bool = True
     load_caps: bool = True
     sub_forwards: bool = True
@@ -38,7 +39,7 @@ class Arm:
 def make_arm(name: str, **policy_options: float) -> Arm:
     """An arm by name (``ARMS``); options go to ``make_policy``."""
     if name == OLD_RULES:
-        return Arm(name, lambda: make_policy("adaptive", **policy_options), order="cost", wave_hold=False)
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), queue=CostOrderQueue, wave_hold=False)
     if name == WHOLE_TIMED:
         return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
     return Arm(name, lambda: make_policy(name, **policy_options))
@@ -68,7 +69,6 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
     return SchedulerConfig(
         caps=matrix.caps,
         load_caps=load_caps if arm.load_caps else None,
-        order=arm.order,
         wave_hold=arm.wave_hold,
         sub_forwards=arm.sub_forwards,
     )
@@ -87,6 +87,7 @@ def run_matrix(matrix: Matrix) -> list[Summary]:
                     pending_time=matrix.pending_time,
                     forward_name=forward.name,
                     arm=arm.name,
+                    queue_factory=arm.queue,
                 )
                 summaries.append(summarize(sim.run()))
     return summaries

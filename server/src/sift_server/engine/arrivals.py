@@ -86,6 +86,18 @@ class BurstShape:
     widest_gap: float
 
 
+@dataclass(frozen=True, slots=True)
+class ArrivalView:
+    """What a policy reads of the arrival model at one instant (a snapshot:
+    the policy cannot change, or see later changes to, the model)."""
+
+    last_arrival: float = float("-inf")
+    # Arrivals still predicted for the latest cluster (``ArrivalModel.unseen_followers``).
+    unseen_followers: int = 0
+    expects_burst: bool = False
+    follow_gap: float = 0.0
+
+
 @dataclass(slots=True)
 class ArrivalModel:
     link_gap: float = 0.002
@@ -218,3 +230,6 @@ class ArrivalModel:
         mean = sum(b.span for b in self.recent_bursts) / sum(b.size - 1 for b in self.recent_bursts)
         allowance = max(self.widest_gap_factor * widest, self.mean_gap_factor / bursts * mean)
         return min(max(self.link_gap, self.busy_link_gap), max(self.min_follow_gap, allowance))
+
+    def view(self) -> ArrivalView:
+        return ArrivalView(self.last_arrival, self.unseen_followers, self.expects_burst, self.follow_gap)

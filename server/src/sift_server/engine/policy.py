@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from sift_server.engine.arrivals import ArrivalModel
+from sift_server.engine.arrivals import ArrivalView
 
 Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing"]
 REASONS: tuple[Reason, ...] = ("lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing")
@@ -38,7 +38,7 @@ class SchedulerState:
     last_forward_end: float
     # Requests of this model whose headers arrived but that are not admitted yet.
     ingress_pending: int
-    arrivals: ArrivalModel
+    arrivals: ArrivalView
     # Shutting down: everything queued runs at once, nothing waits.
     closing: bool = False
     # The returning wave of the last forward (engine.returns): requests still

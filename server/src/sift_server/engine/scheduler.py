@@ -24,12 +24,12 @@ requests that waited past the deadline.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from sift_server.engine import padding
 from sift_server.engine.arrivals import ArrivalModel
-from sift_server.engine.batch_queue import BatchQueue, Caps, Order, Pending, Slice
+from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
 from sift_server.engine.forward_cost import ForwardCost
 from sift_server.engine.padding import padded_tokens
 from sift_server.engine.policy import Decision, Dispatch, LaneView, Policy, Reason, SchedulerState
@@ -48,8 +48,6 @@ class SchedulerConfig:
     max_queue_items: int = 512
     # Seconds a request may wait for its first forward before it is refused (503).
     queue_timeout: float = 30.0
-    # Companion order: "arrival" bounds every wait; "cost" is the earlier rule (simulator only).
-    order: Order = "arrival"
     # Hold for a returning wave where the forward's fixed cost says it pays.
     wave_hold: bool = True
     # Cut batches into sub-forwards of similar length where that pays (engine.padding).
@@ -117,9 +115,17 @@ class Completion:
 
 
 class Scheduler:
-    def __init__(self, policy: Policy, config: SchedulerConfig = SchedulerConfig()) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        config: SchedulerConfig = SchedulerConfig(),
+        *,
+        queue_factory: Callable[[str], BatchQueue] = BatchQueue,
+    ) -> None:
         self.policy = policy
         self.config = config
+        # One queue per lane (the simulator passes another companion rule).
+        self._new_queue = queue_factory
         self.arrivals = ArrivalModel(
             link_gap=config.link_gap, busy_link_gap=config.busy_link_gap, quiet_gap=config.quiet_gap
         )
@@ -190,7 +196,7 @@ class Scheduler:
         name = lane or DEFAULT_LANE
         queue = self.queues.get(name)
         if queue is None:
-            queue = self.queues[name] = BatchQueue(name)
+            queue = self.queues[name] = self._new_queue(name)
         queue.add(Pending(request_id, list(item_costs), now, compat_key))
         self._lane_of[request_id] = name
 
@@ -292,7 +298,7 @@ class Scheduler:
             busy=self.busy,
             last_forward_end=self.last_forward_end,
             ingress_pending=self.ingress_pending,
-            arrivals=self.arrivals,
+            arrivals=self.arrivals.view(),
             closing=self.closing,
             wave_expected=expected,
             wave_in_ingress=in_ingress,
@@ -312,7 +318,7 @@ class Scheduler:
         queue = self.queues.get(decision.lane)
         if queue is None or not queue.pending:
             return None
-        slices = queue.take(self._caps_for(queue), self.config.order)
+        slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
         fixed_tokens = self.costs.fixed_tokens if self.config.sub_forwards else None

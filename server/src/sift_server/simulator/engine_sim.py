@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Literal, Protocol
 
-from sift_server.engine.batch_queue import Caps
+from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import Decision, Dispatch, Idle, SchedulerState, WaitUntil
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
 from sift_server.simulator.traces import Arrival, Client
@@ -167,6 +167,7 @@ class EngineSim:
         log_decisions: bool = False,
         max_events: int = 50_000_000,
         arm: str | None = None,
+        queue_factory: Callable[[str], BatchQueue] = BatchQueue,
     ) -> None:
         self.policy = policy
         self.arm = arm or policy.name
@@ -176,7 +177,7 @@ class EngineSim:
         config = config if config is not None else SchedulerConfig()
         if caps is not None:
             config = replace(config, caps=caps)
-        self.scheduler = Scheduler(policy, config)
+        self.scheduler = Scheduler(policy, config, queue_factory=queue_factory)
         self.caps = config.caps
         self.pending_time: PendingTime = pending_time
         self.wake_on_header = wake_on_header
