@@ -77,7 +77,7 @@ def test_cli_quick_run_writes_results(tmp_path: Path, capsys: object) -> None:
     code = cli.main(["--quick", "--forward", "cpu", "--family", "bursts8-jit0", "--out", str(tmp_path)])
     assert code == 0
     data = json.loads((tmp_path / "results.json").read_text())
-    assert {s["policy"] for s in data["summaries"]} == {"adaptive", "timed", "immediate", "adaptive-old", "timed-whole"}
+    assert {s["policy"] for s in data["summaries"]} == {"adaptive", "timed", "immediate", "adaptive-old", "timed-whole", "adaptive-split"}
     assert (tmp_path / "overview.png").stat().st_size > 0
     assert (tmp_path / "main-cpu.png").stat().st_size > 0
 

@@ -2,8 +2,11 @@
 
 An arm is a policy together with the scheduler's batch-forming rules. Besides
 the three policies, ``adaptive-old`` replays the rules before the engine-core
-rework (companions in cost order, no hold for a returning wave), so a run
-shows what they did under sustained load next to what the server does now.
+rework (companions in cost order, no hold for a returning wave),
+``adaptive-split`` the rules before whole waves (load caps and early answers
+under returning waves too), and ``timed-whole`` the reference server's timed
+window (no load caps, one forward per batch), so a run shows what they did
+under sustained load next to what the server does now.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from sift_server.simulator.scenarios import Family, TraceConfig, default_familie
 OLD_RULES = "adaptive-old"
 # The reference server's timed window: whole waves (no load caps), one forward each.
 WHOLE_TIMED = "timed-whole"
-ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED)
+# Adaptive as it was before whole waves: load caps and early answers under returning waves.
+SPLIT_WAVES = "adaptive-split"
+ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +39,7 @@ class Arm:
     wave_hold: bool = True
     load_caps: bool = True
     sub_forwards: bool = True
+    whole_waves: bool = True
 
 
 def make_arm(name: str, **policy_options: float) -> Arm:
@@ -42,6 +48,8 @@ def make_arm(name: str, **policy_options: float) -> Arm:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), queue=CostOrderQueue, wave_hold=False)
     if name == WHOLE_TIMED:
         return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
+    if name == SPLIT_WAVES:
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), whole_waves=False)
     return Arm(name, lambda: make_policy(name, **policy_options))
 
 
@@ -71,6 +79,7 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
         load_caps=load_caps if arm.load_caps else None,
         wave_hold=arm.wave_hold,
         sub_forwards=arm.sub_forwards,
+        whole_waves=arm.whole_waves,
     )
 
 

@@ -17,11 +17,9 @@ not even pay). So a cluster counts as a *burst* only when that many arrivals in
 so short a span would be a rare coincidence for Poisson traffic at the model's
 background rate: ``P[N >= size - 1] <= burst_alpha`` with ``N ~ Poisson(rate *
 span)``, the rate measured over the ``rate_memory`` arrivals before the cluster
-began. A burst of 8 within 3 ms passes by orders of magnitude; with
-``burst_alpha = 1e-5`` and 64 remembered arrivals, random traffic practically
-never does (simulated Poisson traffic, 20 seeds x loads 5-90 % x GPU- and
-CPU-like forwards: no isolated cluster after the first few arrivals did; the
-smallest chance probability seen was 1.1e-5). Traffic that came one request at a time (no remembered arrival found
+began. A burst of 8 within 3 ms passes by orders of magnitude; random traffic
+practically never does (docs/batching.md has the simulated check). Traffic
+that came one request at a time (no remembered arrival found
 another in flight: a sequential client, however fast) cannot make a chance
 cluster, so it counts as a single arrival over its span; otherwise a fast
 sequential phase would hide the first burst after it. With no history at all

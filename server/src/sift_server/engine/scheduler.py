@@ -52,6 +52,8 @@ class SchedulerConfig:
     wave_hold: bool = True
     # Cut batches into sub-forwards of similar length where that pays (engine.padding).
     sub_forwards: bool = True
+    # Under reliable returning waves, run each batch past the load caps and answer it together.
+    whole_waves: bool = True
     # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
     link_gap: float = 0.002
     busy_link_gap: float = 0.050
@@ -254,7 +256,7 @@ class Scheduler:
         split the next wave: both spread the latencies of a closed loop and
         neither adds items/s (the worker is busy either way; the cut by length
         still runs, so rows stay short)."""
-        return self.config.wave_hold and self.waves.reliable
+        return self.config.whole_waves and self.config.wave_hold and self.waves.reliable
 
     def _caps_for(self, queue: BatchQueue) -> Caps:
         if self.whole_waves:
