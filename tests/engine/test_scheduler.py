@@ -214,3 +214,15 @@ def test_the_policy_reads_a_snapshot_of_the_arrival_model() -> None:
     assert state.arrivals.last_arrival == 0.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.arrivals.last_arrival = 1.0  # type: ignore[misc]
+
+
+def test_requests_answered_by_an_earlier_sub_forward_are_not_part_of_the_returning_wave() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig())
+    s.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])
+    for i in range(3):
+        s.admit(f"short{i}", [8], 0.0)
+    s.admit("long", [200], 0.0)
+    batch = s.take(Dispatch("default", "burst-complete"), 0.0)
+    assert batch is not None and len(batch.chunks) == 2 and not batch.deliver_together
+    assert len(s.complete(batch, 0.0, 30 * MS).finished) == 4
+    assert [wave.size for wave in s.waves.open] == [1]  # only "long" was answered at the end

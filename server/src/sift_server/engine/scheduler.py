@@ -350,5 +350,15 @@ class Scheduler:
                 finished.append(rid)
         if ok:
             self.costs.observe(batch.padded_cost, ended - started)
-        self.waves.forward_ended(ended, len(finished))
+        self.waves.forward_ended(ended, self._answered_at_end(batch, finished))
         return Completion(finished, failed)
+
+    @staticmethod
+    def _answered_at_end(batch: Batch, finished: Sequence[str]) -> int:
+        """How many of ``finished`` were answered when the batch ended: the
+        clients answered by an earlier sub-forward came back while it ran, and
+        are no part of the wave that returns after it."""
+        if batch.deliver_together or len(batch.chunks) <= 1:
+            return len(finished)
+        last = {batch.slices[k].pending.request_id for k in batch.answered(len(batch.chunks) - 1)}
+        return sum(1 for rid in finished if rid in last)
