@@ -224,5 +224,7 @@ def test_requests_answered_by_an_earlier_sub_forward_are_not_part_of_the_returni
     s.admit("long", [200], 0.0)
     batch = s.take(Dispatch("default", "burst-complete"), 0.0)
     assert batch is not None and len(batch.chunks) == 2 and not batch.deliver_together
-    assert len(s.complete(batch, 0.0, 30 * MS).finished) == 4
-    assert [wave.size for wave in s.waves.open] == [1]  # only "long" was answered at the end
+    s.answered_early(10 * MS, 3)  # the worker answered the short sub-forward
+    assert len(s.complete(batch, 0.0, 15 * MS).finished) == 4
+    # Two waves: the three short texts' clients, then "long"'s (answered at the end).
+    assert [(wave.start, wave.size) for wave in s.waves.open] == [(10 * MS, 3), (15 * MS, 1)]

@@ -353,11 +353,16 @@ class Scheduler:
         self.waves.forward_ended(ended, self._answered_at_end(batch, finished))
         return Completion(finished, failed)
 
+    def answered_early(self, now: float, requests: int) -> None:
+        """A sub-forward before the last one of the running batch answered
+        ``requests`` requests at ``now``: their clients' return is a wave of its own."""
+        self.waves.forward_ended(now, requests)
+
     @staticmethod
     def _answered_at_end(batch: Batch, finished: Sequence[str]) -> int:
         """How many of ``finished`` were answered when the batch ended: the
-        clients answered by an earlier sub-forward came back while it ran, and
-        are no part of the wave that returns after it."""
+        clients answered by an earlier sub-forward (``answered_early``) come
+        back while it runs, and are no part of the wave that returns after it."""
         if batch.deliver_together or len(batch.chunks) <= 1:
             return len(finished)
         last = {batch.slices[k].pending.request_id for k in batch.answered(len(batch.chunks) - 1)}

@@ -367,8 +367,11 @@ class ModelWorker:
                 self._start_timing(ticket, record)
         for (k, i), result in zip(batch.chunks[index], results, strict=True):
             tickets[k].outputs[i] = result[0]
-        for k in batch.answered(index):
+        answered = batch.answered(index)
+        for k in answered:
             self._answer(tickets[k], now - record.start)
+        if answered and index < len(batch.chunks) - 1:
+            self.scheduler.answered_early(now, len(answered))
 
     def _fan_out(
         self, batch: Batch, tickets: Sequence[Ticket], outputs: list[list[Any]], record: ForwardRecord

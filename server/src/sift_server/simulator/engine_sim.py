@@ -261,6 +261,7 @@ class EngineSim:
             self._end_forward()
         elif event.kind is EventKind.DELIVERY:
             assert isinstance(event.payload, tuple)
+            self.scheduler.answered_early(self.now, len(event.payload))
             self._answer(event.payload)
         else:
             self._timer_deadline = None
