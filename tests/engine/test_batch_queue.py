@@ -1,4 +1,4 @@
-from sift_server.engine.batch_queue import BatchQueue, Caps, Order, Pending
+from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
 
 
 def pending(rid: str, *costs: int, arrival: float = 0.0, key: object = None) -> Pending:
@@ -39,25 +39,6 @@ def test_cost_cap_never_lets_a_newer_request_pass_an_older_one() -> None:
     assert {s.pending.request_id for s in slices} == {"head"}
     assert [p.request_id for p in queue.pending] == ["big", "small"]
     assert {s.pending.request_id for s in queue.take(Caps(max_cost=100))} == {"big", "small"}
-
-
-def test_cost_order_passes_a_long_request_over_again_and_again() -> None:
-    # The earlier rule (kept for the simulator's comparison): cheaper, newer
-    # requests join each forward while a long one waits to become the head.
-    def forwards_until_long_runs(order: Order) -> int:
-        queue = BatchQueue("default")
-        for i in range(8):
-            queue.add(pending(f"old{i}", 20))
-        queue.add(pending("long", 90))
-        for forward in range(1, 100):
-            for i in range(4):  # new short requests keep arriving
-                queue.add(pending(f"new{forward}.{i}", 10))
-            if "long" in {s.pending.request_id for s in queue.take(Caps(max_requests=4), order=order)}:
-                return forward
-        raise AssertionError("never ran")
-
-    assert forwards_until_long_runs("arrival") == 3
-    assert forwards_until_long_runs("cost") == 9
 
 
 def test_arrival_order_serves_every_request_within_its_position_in_forwards() -> None:

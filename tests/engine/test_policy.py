@@ -55,7 +55,7 @@ class Harness:
             for q in self.queues.values()
             if q.pending
         ]
-        return SchedulerState(lanes, self.busy, self.last_forward_end, self.ingress, self.arrivals, self.closing)
+        return SchedulerState(lanes, self.busy, self.last_forward_end, self.ingress, self.arrivals.view(), self.closing)
 
     def decide(self):  # type: ignore[no-untyped-def]
         return self.policy.decide(self.state(), self.clock())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sift_server.engine import padding
@@ -140,3 +142,89 @@ def test_padding_plan_cuts_a_long_text_out_of_a_short_batch_only_when_it_pays() 
     assert padding.plan(short_and_long, fixed_tokens=None) == [[0, 1, 2, 3, 4]]
     assert padding.plan([30, 31, 29], fixed_tokens=36) == [[0, 1, 2]]
     assert padding.plan(short_and_long, fixed_tokens=10_000) == [[0, 1, 2, 3, 4]]
+
+
+def _learn_waves(s: Scheduler, waves: int = 20, size: int = 8, costs: tuple[int, ...] = (16,)) -> float:
+    """Drive ``waves`` closed-loop waves of ``size`` callers through ``s``; returns the time."""
+    now = 0.0
+    for w in range(waves):
+        for i in range(size):
+            at = now + 2 * MS + i * 0.1 * MS
+            s.header_arrived(at)
+            s.ingress_ended()
+            s.admit(f"w{w}.{i}", [costs[i % len(costs)]], at)
+        now += 3 * MS
+        while s.queued_requests:
+            decision = s.decide(now)
+            if isinstance(decision, WaitUntil):
+                now = decision.deadline
+                continue
+            assert isinstance(decision, Dispatch), decision
+            batch = s.take(decision, now)
+            assert batch is not None
+            now += 20 * MS
+            s.complete(batch, now - 20 * MS, now)
+    return now
+
+
+def test_a_returning_wave_runs_whole_past_the_load_caps_and_is_answered_together() -> None:
+    config = SchedulerConfig(load_caps=Caps(max_cost=64))
+    s = Scheduler(AdaptivePolicy(), config)
+    s.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])
+    assert not s.whole_waves  # nothing learned: the load caps hold
+    now = _learn_waves(s, costs=(16, 40))
+    assert s.waves.reliable and s.whole_waves
+    for i in range(8):
+        s.header_arrived(now + 2 * MS)
+        s.ingress_ended()
+        s.admit(f"last.{i}", [16 if i % 2 else 40], now + 2 * MS)
+    decision = s.decide(now + 2 * MS)
+    assert isinstance(decision, Dispatch)
+    batch = s.take(decision, now + 2 * MS)
+    assert batch is not None and len(batch.slices) == 8  # 224 tokens, past the 64-token load cap
+    assert batch.deliver_together  # its sub-forwards, if any, answer when it ends
+
+
+def test_without_learned_waves_the_load_caps_cut_a_sustained_backlog() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig(load_caps=Caps(max_cost=64)))
+    s.last_forward_end = 0.0
+    for i in range(8):
+        s.admit(f"r{i}", [16], 0.0)
+    batch = s.take(Dispatch("default", "backlog"), 0.0)
+    assert batch is not None and len(batch.slices) == 4 and not batch.deliver_together
+
+
+def test_a_batch_says_which_requests_each_sub_forward_completes() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig())
+    s.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])
+    s.admit("short", [8], 0.0)
+    s.admit("both", [8, 200], 0.0)
+    s.admit("long", [200], 0.0)
+    batch = s.take(Dispatch("default", "burst-complete"), 0.0)
+    assert batch is not None and len(batch.chunks) == 2
+    ids = [[batch.slices[k].pending.request_id for k in batch.answered(c)] for c in range(2)]
+    assert [sorted(c) for c in ids] == [["short"], ["both", "long"]]  # "both" waits for its long item
+
+
+def test_the_policy_reads_a_snapshot_of_the_arrival_model() -> None:
+    s = Scheduler(AdaptivePolicy())
+    s.header_arrived(0.0)
+    state = s.state(0.0)
+    s.header_arrived(1 * MS)
+    assert state.arrivals.last_arrival == 0.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.arrivals.last_arrival = 1.0  # type: ignore[misc]
+
+
+def test_requests_answered_by_an_earlier_sub_forward_are_not_part_of_the_returning_wave() -> None:
+    s = Scheduler(ImmediatePolicy(), SchedulerConfig())
+    s.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])
+    for i in range(3):
+        s.admit(f"short{i}", [8], 0.0)
+    s.admit("long", [200], 0.0)
+    batch = s.take(Dispatch("default", "burst-complete"), 0.0)
+    assert batch is not None and len(batch.chunks) == 2 and not batch.deliver_together
+    s.answered_early(10 * MS, 3)  # the worker answered the short sub-forward
+    assert len(s.complete(batch, 0.0, 15 * MS).finished) == 4
+    # Two waves: the three short texts' clients, then "long"'s (answered at the end).
+    assert [(wave.start, wave.size) for wave in s.waves.open] == [(10 * MS, 3), (15 * MS, 1)]

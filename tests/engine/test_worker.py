@@ -14,7 +14,7 @@ from sift_server.adapters.base import Part, Prepared
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.clock import FakeClock
 from sift_server.engine.policy import AdaptivePolicy, Decision, ImmediatePolicy, TimedPolicy, WaitUntil
-from sift_server.engine.scheduler import SchedulerConfig
+from sift_server.engine.scheduler import Scheduler, SchedulerConfig
 from sift_server.engine.worker import ModelWorker, WorkerConfig
 from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown
 
@@ -366,6 +366,37 @@ async def test_short_texts_are_answered_before_the_long_one_of_their_batch_ends(
     assert [await t.future for t in shorts] == [[f"out:s{i}"] for i in range(12)]
     assert not long.future.done()  # its sub-forward still runs
     release_long.set()
+    assert await long.future == ["out:long"]
+    assert sorted(map(len, forward.batches)) == [1, 12]
+    await worker.close(1.0)
+
+
+async def test_under_returning_waves_a_batch_cut_by_length_is_answered_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An early answer would send its closed-loop client back while the long
+    # sub-forward still runs, and split the next wave.
+    release_long = threading.Event()
+    long_started = threading.Event()
+
+    class LengthAware(FakeForward):
+        def __call__(self, parts: Sequence[Part]) -> list[list[Any]]:
+            if any(p.prepared.item_costs[p.start] > 100 for p in parts):
+                long_started.set()
+                release_long.wait(timeout=30)
+            return super().__call__(parts)
+
+    monkeypatch.setattr(Scheduler, "whole_waves", property(lambda self: True))
+    forward = LengthAware()
+    worker = make_worker(forward, AdaptivePolicy())
+    worker.scheduler.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])
+    long = worker.submit(Prepared(item_costs=[500], compat_key=None, payload=["long"]), request_id="long")
+    shorts = [worker.submit(Prepared([10], None, [f"s{i}"]), request_id=f"s{i}") for i in range(12)]
+    assert await asyncio.to_thread(long_started.wait, 30)
+    await asyncio.sleep(0)  # an early answer would have been scheduled by now
+    assert not any(t.future.done() for t in shorts)
+    release_long.set()
+    assert [await t.future for t in shorts] == [[f"out:s{i}"] for i in range(12)]
     assert await long.future == ["out:long"]
     assert sorted(map(len, forward.batches)) == [1, 12]
     await worker.close(1.0)

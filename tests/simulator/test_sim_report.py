@@ -27,7 +27,8 @@ def summary(
     base = Summary(
         policy=policy, family="f", kind=kind, forward="gpu", requests=10,
         queue_p50=0.001, queue_p95=0.002, queue_p99=0.003, queue_mean=0.001,
-        latency_mean=0.010, latency_p95=0.012, latency_p50=0.009, latency_p99=0.013, latency_max=0.014,
+        latency_mean=0.010, latency_p95=0.012, latency_p50=0.009, latency_p90=0.011, latency_p99=0.013,
+        latency_max=0.014,
         throughput=100.0, forwards=5, mean_batch=2.0,
         bursts=5, forwards_per_burst=1.0, one_forward_share=1.0,
     )  # fmt: skip
@@ -76,7 +77,14 @@ def test_cli_quick_run_writes_results(tmp_path: Path, capsys: object) -> None:
     code = cli.main(["--quick", "--forward", "cpu", "--family", "bursts8-jit0", "--out", str(tmp_path)])
     assert code == 0
     data = json.loads((tmp_path / "results.json").read_text())
-    assert {s["policy"] for s in data["summaries"]} == {"adaptive", "timed", "immediate", "adaptive-old"}
+    assert {s["policy"] for s in data["summaries"]} == {
+        "adaptive",
+        "timed",
+        "immediate",
+        "adaptive-old",
+        "timed-whole",
+        "adaptive-split",
+    }
     assert (tmp_path / "overview.png").stat().st_size > 0
     assert (tmp_path / "main-cpu.png").stat().st_size > 0
 
@@ -90,3 +98,16 @@ def test_cli_registers_a_subcommand(tmp_path: Path) -> None:
         ["simulate", "--quick", "--fit", str(fit), "--forward", "gpu", "--policy", "adaptive", "--family", "seq"]
     )
     assert args.handler(args) == 0
+
+
+def test_closed_loops_are_judged_by_dominance_over_timed() -> None:
+    timed = replace(summary("timed", kind="closed"), throughput=100.0)
+    immediate = replace(summary("immediate", kind="closed"), throughput=200.0, latency_p50=0.001)
+    faster_but_longer_tail = replace(summary("adaptive", kind="closed"), throughput=110.0, latency_p99=0.020)
+    (verdict,) = verdicts([faster_but_longer_tail, timed, immediate])
+    assert verdict.best_reference == "timed" and not verdict.ok
+    assert "p50 and p90 and p99 and max" in verdict.figure
+    tighter = replace(faster_but_longer_tail, latency_p99=0.012, latency_max=0.013)
+    assert verdicts([tighter, timed, immediate])[0].ok  # immediate's better median does not count
+    slower = replace(tighter, throughput=95.0)
+    assert not verdicts([slower, timed, immediate])[0].ok

@@ -4,6 +4,7 @@ split returning waves into alternating halves; the scheduler's rules do not."""
 from __future__ import annotations
 
 from sift_bench.simulate.metrics import Summary
+from sift_bench.simulate.report import MAIN_FIGURE, dominates
 from sift_bench.simulate.runner import Matrix, make_arm, run_matrix
 from sift_server.engine.batch_queue import Caps
 from sift_server.simulator.forward_model import CPU_LIKE, CPU_TEXT, GPU_LIKE, ForwardPreset
@@ -51,3 +52,21 @@ def test_a_simulated_run_is_deterministic() -> None:
     first = runs(CPU_TEXT, "closed8-mixed")["adaptive"]
     again = runs(CPU_TEXT, "closed8-mixed")["adaptive"]
     assert first == again
+
+
+def test_on_sentences_whole_waves_dominate_the_timed_window_and_split_waves_do_not() -> None:
+    for clients in (8, 32):
+        family = f"closed{clients}-sentences"
+        matrix = Matrix(
+            forwards=[CPU_TEXT],
+            arms=[make_arm(name) for name in ("adaptive", "adaptive-split", "timed")],
+            traces=TRACES,
+            caps=Caps(),
+            family_filter=[family],
+        )
+        by_arm = {s.policy: s for s in run_matrix(matrix) if s.family == family}
+        adaptive, timed = by_arm["adaptive"], by_arm["timed"]
+        assert dominates(adaptive, timed, MAIN_FIGURE["closed"]), (adaptive, timed)
+        assert adaptive.mean_batch > 0.9 * clients  # each wave in one batch
+    # Before whole waves: a wave cut by the load caps left a request behind for a forward.
+    assert by_arm["adaptive-split"].latency_max > 1.2 * timed.latency_max

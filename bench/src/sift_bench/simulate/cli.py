@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     print(summary_table(summaries))
     if results:
         print()
-        print("Verdict: adaptive at least as good as the better of timed and immediate")
+        print("Verdict: adaptive at least as good as the better of timed and immediate (closed loops: dominates timed)")
         print(verdict_table(results))
         losses = sum(1 for v in results if not v.ok)
         print(f"\n{len(results) - losses}/{len(results)} families ok")

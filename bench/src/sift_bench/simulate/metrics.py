@@ -31,6 +31,7 @@ class Summary:
     latency_mean: float
     latency_p95: float
     latency_p50: float
+    latency_p90: float
     latency_p99: float
     latency_max: float
     # Requests per second over the scored part of the run.
@@ -85,6 +86,7 @@ def summarize(result: SimResult) -> Summary:
         latency_mean=_mean(latency),
         latency_p95=percentile(latency, 95),
         latency_p50=percentile(latency, 50),
+        latency_p90=percentile(latency, 90),
         latency_p99=percentile(latency, 99),
         latency_max=max(latency),
         throughput=len(scored) / span if span > 0 else math.inf,

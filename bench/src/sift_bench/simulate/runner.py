@@ -2,8 +2,11 @@
 
 An arm is a policy together with the scheduler's batch-forming rules. Besides
 the three policies, ``adaptive-old`` replays the rules before the engine-core
-rework (companions in cost order, no hold for a returning wave), so a run
-shows what they did under sustained load next to what the server does now.
+rework (companions in cost order, no hold for a returning wave),
+``adaptive-split`` the rules before whole waves (load caps and early answers
+under returning waves too), and ``timed-whole`` the reference server's timed
+window (no load caps, one forward per batch), so a run shows what they did
+under sustained load next to what the server does now.
 """
 
 from __future__ import annotations
@@ -12,29 +15,41 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sift_bench.simulate.metrics import Summary, summarize
-from sift_server.engine.batch_queue import Caps, Order
+from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import ForwardPreset
+from sift_server.simulator.old_rules import CostOrderQueue
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 
 OLD_RULES = "adaptive-old"
-ARMS = (*POLICIES, OLD_RULES)
+# The reference server's timed window: whole waves (no load caps), one forward each.
+WHOLE_TIMED = "timed-whole"
+# Adaptive as it was before whole waves: load caps and early answers under returning waves.
+SPLIT_WAVES = "adaptive-split"
+ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES)
 
 
 @dataclass(frozen=True, slots=True)
 class Arm:
     name: str
     policy: Callable[[], SimPolicy]
-    order: Order = "arrival"
+    queue: Callable[[str], BatchQueue] = BatchQueue
     wave_hold: bool = True
+    load_caps: bool = True
+    sub_forwards: bool = True
+    whole_waves: bool = True
 
 
 def make_arm(name: str, **policy_options: float) -> Arm:
     """An arm by name (``ARMS``); options go to ``make_policy``."""
     if name == OLD_RULES:
-        return Arm(name, lambda: make_policy("adaptive", **policy_options), order="cost", wave_hold=False)
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), queue=CostOrderQueue, wave_hold=False)
+    if name == WHOLE_TIMED:
+        return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
+    if name == SPLIT_WAVES:
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), whole_waves=False)
     return Arm(name, lambda: make_policy(name, **policy_options))
 
 
@@ -59,7 +74,13 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
     """The server's scheduler settings, with this matrix's caps and the arm's rules."""
     efficient = getattr(forward, "efficient_tokens", None)
     load_caps = replace(matrix.caps, max_cost=min(matrix.caps.max_cost, efficient)) if efficient else None
-    return SchedulerConfig(caps=matrix.caps, load_caps=load_caps, order=arm.order, wave_hold=arm.wave_hold)
+    return SchedulerConfig(
+        caps=matrix.caps,
+        load_caps=load_caps if arm.load_caps else None,
+        wave_hold=arm.wave_hold,
+        sub_forwards=arm.sub_forwards,
+        whole_waves=arm.whole_waves,
+    )
 
 
 def run_matrix(matrix: Matrix) -> list[Summary]:
@@ -75,6 +96,7 @@ def run_matrix(matrix: Matrix) -> list[Summary]:
                     pending_time=matrix.pending_time,
                     forward_name=forward.name,
                     arm=arm.name,
+                    queue_factory=arm.queue,
                 )
                 summaries.append(summarize(sim.run()))
     return summaries

@@ -17,11 +17,9 @@ not even pay). So a cluster counts as a *burst* only when that many arrivals in
 so short a span would be a rare coincidence for Poisson traffic at the model's
 background rate: ``P[N >= size - 1] <= burst_alpha`` with ``N ~ Poisson(rate *
 span)``, the rate measured over the ``rate_memory`` arrivals before the cluster
-began. A burst of 8 within 3 ms passes by orders of magnitude; with
-``burst_alpha = 1e-5`` and 64 remembered arrivals, random traffic practically
-never does (simulated Poisson traffic, 20 seeds x loads 5-90 % x GPU- and
-CPU-like forwards: no isolated cluster after the first few arrivals did; the
-smallest chance probability seen was 1.1e-5). Traffic that came one request at a time (no remembered arrival found
+began. A burst of 8 within 3 ms passes by orders of magnitude; random traffic
+practically never does (docs/batching.md has the simulated check). Traffic
+that came one request at a time (no remembered arrival found
 another in flight: a sequential client, however fast) cannot make a chance
 cluster, so it counts as a single arrival over its span; otherwise a fast
 sequential phase would hide the first burst after it. With no history at all
@@ -84,6 +82,18 @@ class BurstShape:
     size: int
     span: float
     widest_gap: float
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalView:
+    """What a policy reads of the arrival model at one instant (a snapshot:
+    the policy cannot change, or see later changes to, the model)."""
+
+    last_arrival: float = float("-inf")
+    # Arrivals still predicted for the latest cluster (``ArrivalModel.unseen_followers``).
+    unseen_followers: int = 0
+    expects_burst: bool = False
+    follow_gap: float = 0.0
 
 
 @dataclass(slots=True)
@@ -218,3 +228,6 @@ class ArrivalModel:
         mean = sum(b.span for b in self.recent_bursts) / sum(b.size - 1 for b in self.recent_bursts)
         allowance = max(self.widest_gap_factor * widest, self.mean_gap_factor / bursts * mean)
         return min(max(self.link_gap, self.busy_link_gap), max(self.min_follow_gap, allowance))
+
+    def view(self) -> ArrivalView:
+        return ArrivalView(self.last_arrival, self.unseen_followers, self.expects_burst, self.follow_gap)

@@ -7,18 +7,15 @@ queued ahead of it in its lane runs in one of the next ``k + 1`` forwards of
 the lane, whatever the lengths around it. A request is split across forwards
 only when it alone exceeds the cost cap.
 
-``order="cost"`` is the earlier rule (companions of the head in ascending cost,
-to limit padding), kept so the simulator can show what it did under sustained
-load: a long text was passed over until it became the head, again and again.
+Other companion rules (the simulator replays an earlier one) override
+``_companions``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-Order = Literal["arrival", "cost"]
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -117,33 +114,20 @@ class BatchQueue:
     def compatible_count(self) -> int:
         return len(self.compatible_with_head())
 
-    def take(self, caps: Caps, order: Order = "arrival") -> list[Slice]:
+    def take(self, caps: Caps) -> list[Slice]:
         """Remove and return the next batch.
 
         The head is always served (a partly served head first, so a split
         request finishes before new work). Other compatible requests join in
-        arrival order until a cap is reached (``order="cost"``: cheapest
-        first, skipping any that would pass the cost cap).
+        arrival order until a cap is reached.
         """
         head = self.head
         if head is None:
             return []
         if head.next_item > 0 or head.remaining_cost > caps.max_cost:
             return [self._take_prefix_of(head, caps)]
-        chosen: list[Pending] = [head]
-        cost = head.remaining_cost
         others = [p for p in self.pending[1:] if p.compat_key == head.compat_key and p.next_item == 0]
-        if order == "cost":
-            others.sort(key=lambda p: p.remaining_cost)
-        for candidate in others:
-            if len(chosen) >= caps.max_requests:
-                break
-            if cost + candidate.remaining_cost > caps.max_cost:
-                if order == "arrival":
-                    break  # no newer request passes an older one
-                continue
-            chosen.append(candidate)
-            cost += candidate.remaining_cost
+        chosen = [head, *self._companions(head, others, caps)]
         taken = {id(p) for p in chosen}
         self.pending = [p for p in self.pending if id(p) not in taken]
         slices = [Slice(p, 0, len(p.item_costs)) for p in chosen]
@@ -152,6 +136,19 @@ class BatchQueue:
         # Cost order inside the forward groups similar lengths together.
         slices.sort(key=lambda s: s.cost)
         return slices
+
+    def _companions(self, head: Pending, others: Sequence[Pending], caps: Caps) -> list[Pending]:
+        """Who joins the head: the compatible requests behind it in arrival
+        order, up to the first that would pass a cap (no newer request passes
+        an older one, which bounds every wait)."""
+        chosen: list[Pending] = []
+        cost = head.remaining_cost
+        for candidate in others:
+            if 1 + len(chosen) >= caps.max_requests or cost + candidate.remaining_cost > caps.max_cost:
+                break
+            chosen.append(candidate)
+            cost += candidate.remaining_cost
+        return chosen
 
     def _take_prefix_of(self, request: Pending, caps: Caps) -> Slice:
         """The largest prefix of one request's remaining items under the cost cap

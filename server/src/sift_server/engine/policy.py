@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from sift_server.engine.arrivals import ArrivalModel
+from sift_server.engine.arrivals import ArrivalView
 
 Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing"]
 REASONS: tuple[Reason, ...] = ("lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing")
@@ -38,7 +38,7 @@ class SchedulerState:
     last_forward_end: float
     # Requests of this model whose headers arrived but that are not admitted yet.
     ingress_pending: int
-    arrivals: ArrivalModel
+    arrivals: ArrivalView
     # Shutting down: everything queued runs at once, nothing waits.
     closing: bool = False
     # The returning wave of the last forward (engine.returns): requests still
@@ -178,35 +178,21 @@ class AdaptivePolicy:
     """Dispatch a lone request at once; hold an idle worker only while a burst
     is expected, and dispatch the moment the expected burst is complete.
 
-    On an idle worker, for the oldest head (after the shared rules):
+    In order, for the oldest head (after the shared rules): hold for the rest
+    of a returning wave where that pays (``wave_hold``); run a wave that is
+    back (``wave``); run work that queued behind a forward (``backlog``; on a
+    shared core, first let requests being read and a returning wave go quiet,
+    within ``max_hold``); then, on an idle worker, hold while the arrival model
+    expects a burst (requests in ingress, or predicted followers until
+    ``follow_gap`` after the latest arrival: ``window``), bounded by
+    ``max_hold`` (``max_burst_hold`` for a learned burst still arriving:
+    ``max-wait``); otherwise ``lone`` / ``burst-complete``.
 
-    * ``max-wait``: the head has been held ``max_hold`` (``max_burst_hold``
-      while a learned burst is still arriving);
-    * wait while requests are in ingress (headers read, not admitted) and the
-      arrival model expects a burst (an isolated cluster after learned bursts,
-      or a cluster already too dense for chance); an admission wakes us;
-    * wait while the arrival model predicts unseen followers of the latest
-      cluster, until ``follow_gap`` after the latest arrival; then ``window``
-      (the burst came out smaller than predicted);
-    * otherwise ``lone`` / ``burst-complete``: nothing more is expected.
-
-    Before those, and for work that queued behind a forward too: hold for the
-    rest of a returning wave where that pays (``wave_hold``); then work that
-    queued behind a forward goes at once (``backlog``), or ``wave`` once a
-    wave held for is back. Where the loop and the forward share one core,
-    backlog waits for requests already being read and for returning arrivals to
-    be quiet for ``backlog_quiet`` (at most ``max_hold`` after the forward
-    ended), so their reading does not interleave with the forward.
-
-    Followers are counted by the arrival model, never by comparing its
-    cluster size with the lane: part of a cluster may already have run (or
-    sit in another lane), and under random traffic that comparison held heads
-    for companions that had already been served. Random traffic never looks
-    like a burst (see ``engine.arrivals``), so it is dispatched exactly as
-    ``immediate`` would, even a chance follower already in ingress: fusing it
-    delays the head by the follower's ingress and share of the forward, which
-    pays on a GPU-like forward (large fixed cost) and loses on a CPU-like one,
-    and the policy does not know the forward's cost.
+    Followers are counted by the arrival model, never by comparing a cluster's
+    size with the lane (part of it may have run already). Random traffic never
+    looks like a burst, so it is dispatched as ``immediate`` would: fusing a
+    chance follower pays only on a forward with a large fixed cost. The rules'
+    reasons and measurements are in docs/batching.md.
     """
 
     max_hold: float = 0.010

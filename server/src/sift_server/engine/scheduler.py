@@ -24,12 +24,12 @@ requests that waited past the deadline.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from sift_server.engine import padding
 from sift_server.engine.arrivals import ArrivalModel
-from sift_server.engine.batch_queue import BatchQueue, Caps, Order, Pending, Slice
+from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
 from sift_server.engine.forward_cost import ForwardCost
 from sift_server.engine.padding import padded_tokens
 from sift_server.engine.policy import Decision, Dispatch, LaneView, Policy, Reason, SchedulerState
@@ -48,10 +48,12 @@ class SchedulerConfig:
     max_queue_items: int = 512
     # Seconds a request may wait for its first forward before it is refused (503).
     queue_timeout: float = 30.0
-    # Companion order: "arrival" bounds every wait; "cost" is the earlier rule (simulator only).
-    order: Order = "arrival"
     # Hold for a returning wave where the forward's fixed cost says it pays.
     wave_hold: bool = True
+    # Cut batches into sub-forwards of similar length where that pays (engine.padding).
+    sub_forwards: bool = True
+    # Under reliable returning waves, run each batch past the load caps and answer it together.
+    whole_waves: bool = True
     # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
     link_gap: float = 0.002
     busy_link_gap: float = 0.050
@@ -73,6 +75,8 @@ class Batch:
     decided: float
     # Sub-forwards of similar length (engine.padding): (slice index, item index) pairs.
     chunks: Sequence[Sequence[tuple[int, int]]] = ()
+    # Answer every request when the batch ends, not as its sub-forward ends.
+    deliver_together: bool = False
 
     @property
     def request_ids(self) -> list[str]:
@@ -89,6 +93,15 @@ class Batch:
     def item_cost(self, at: tuple[int, int]) -> int:
         return self.slices[at[0]].pending.item_costs[at[1]]
 
+    def answered(self, chunk: int) -> list[int]:
+        """Slices whose request is complete once sub-forward ``chunk`` has run
+        (the last sub-forward holding one of their items, for a last slice)."""
+        last: dict[int, int] = {}
+        for index, part in enumerate(self.chunks):
+            for k, _ in part:
+                last[k] = index
+        return [k for k, index in sorted(last.items()) if index == chunk and self.slices[k].is_last]
+
     @property
     def padded_cost(self) -> int:
         """Token slots the forward runs: each sub-forward padded to its longest item."""
@@ -104,9 +117,17 @@ class Completion:
 
 
 class Scheduler:
-    def __init__(self, policy: Policy, config: SchedulerConfig = SchedulerConfig()) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        config: SchedulerConfig = SchedulerConfig(),
+        *,
+        queue_factory: Callable[[str], BatchQueue] = BatchQueue,
+    ) -> None:
         self.policy = policy
         self.config = config
+        # One queue per lane (the simulator passes another companion rule).
+        self._new_queue = queue_factory
         self.arrivals = ArrivalModel(
             link_gap=config.link_gap, busy_link_gap=config.busy_link_gap, quiet_gap=config.quiet_gap
         )
@@ -177,7 +198,7 @@ class Scheduler:
         name = lane or DEFAULT_LANE
         queue = self.queues.get(name)
         if queue is None:
-            queue = self.queues[name] = BatchQueue(name)
+            queue = self.queues[name] = self._new_queue(name)
         queue.add(Pending(request_id, list(item_costs), now, compat_key))
         self._lane_of[request_id] = name
 
@@ -224,7 +245,22 @@ class Scheduler:
         head = queue.head
         return head is not None and head.arrival <= self.last_forward_end + self.config.return_horizon
 
+    @property
+    def whole_waves(self) -> bool:
+        """Closed-loop clients come back in waves: each batch runs without the
+        load caps and answers its requests together when it ends.
+
+        A wave cut by the load caps leaves some of its requests behind for a
+        whole forward, and a sub-forward that answers early sends its clients
+        back while the rest of the batch still runs, so they queue behind it and
+        split the next wave: both spread the latencies of a closed loop and
+        neither adds items/s (the worker is busy either way; the cut by length
+        still runs, so rows stay short)."""
+        return self.config.whole_waves and self.config.wave_hold and self.waves.reliable
+
     def _caps_for(self, queue: BatchQueue) -> Caps:
+        if self.whole_waves:
+            return self.config.caps
         if self.config.load_caps is not None and not self.closing and self._under_load(queue):
             return self.config.load_caps
         return self.config.caps
@@ -264,7 +300,7 @@ class Scheduler:
             busy=self.busy,
             last_forward_end=self.last_forward_end,
             ingress_pending=self.ingress_pending,
-            arrivals=self.arrivals,
+            arrivals=self.arrivals.view(),
             closing=self.closing,
             wave_expected=expected,
             wave_in_ingress=in_ingress,
@@ -284,11 +320,12 @@ class Scheduler:
         queue = self.queues.get(decision.lane)
         if queue is None or not queue.pending:
             return None
-        slices = queue.take(self._caps_for(queue), self.config.order)
+        slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
-        chunks = [[items[j] for j in group] for group in padding.plan(costs, self.costs.fixed_tokens)]
-        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks)
+        fixed_tokens = self.costs.fixed_tokens if self.config.sub_forwards else None
+        chunks = [[items[j] for j in group] for group in padding.plan(costs, fixed_tokens)]
+        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, self.whole_waves)
         self.running = batch
         return batch
 
@@ -313,5 +350,20 @@ class Scheduler:
                 finished.append(rid)
         if ok:
             self.costs.observe(batch.padded_cost, ended - started)
-        self.waves.forward_ended(ended, len(finished))
+        self.waves.forward_ended(ended, self._answered_at_end(batch, finished))
         return Completion(finished, failed)
+
+    def answered_early(self, now: float, requests: int) -> None:
+        """A sub-forward before the last one of the running batch answered
+        ``requests`` requests at ``now``: their clients' return is a wave of its own."""
+        self.waves.forward_ended(now, requests)
+
+    @staticmethod
+    def _answered_at_end(batch: Batch, finished: Sequence[str]) -> int:
+        """How many of ``finished`` were answered when the batch ended: the
+        clients answered by an earlier sub-forward (``answered_early``) come
+        back while it runs, and are no part of the wave that returns after it."""
+        if batch.deliver_together or len(batch.chunks) <= 1:
+            return len(finished)
+        last = {batch.slices[k].pending.request_id for k in batch.answered(len(batch.chunks) - 1)}
+        return sum(1 for rid in finished if rid in last)

@@ -49,7 +49,6 @@ class Ticket:
     arrival: float
     admitted: float
     outputs: list[Any] = field(default_factory=list)
-    done_items: int = 0
     timing: RequestTiming = field(default_factory=RequestTiming)
 
 
@@ -303,16 +302,18 @@ class ModelWorker:
             record.error = f"{type(exc).__name__}: {exc}"
         if record.start == 0.0:  # cancelled before its thread ran it
             record.start = record.end = self._clock()
-        self.scheduler.complete(batch, record.start, record.end, ok=exc is None)
+        completion = self.scheduler.complete(batch, record.start, record.end, ok=exc is None)
         if exc is not None:
             # Requests answered by an earlier sub-forward keep their answers.
             failure = InferenceError(f"Internal error while running model '{self.model}'.")
-            for ticket in tickets:
-                self._fail(ticket, failure)
+            for key in completion.failed:
+                self._fail(self._tickets.get(key), failure)
         else:
             outputs = fut.result()
             if outputs is not None:  # None: delivered sub-forward by sub-forward
                 self._fan_out(batch, tickets, outputs, record)
+                for key in completion.finished:
+                    self._answer(self._tickets.get(key), 0.0)
         self._trace.write(record)
         for observer in self._observers:
             observer(record)
@@ -334,11 +335,17 @@ class ModelWorker:
             if len(batch.chunks) <= 1:
                 parts = [Part(t.prepared, s.start, s.stop) for s, t in zip(batch.slices, tickets, strict=True)]
                 return self._checked_forward(parts)
+            if batch.deliver_together:
+                outputs: list[list[Any]] = [[None] * (s.stop - s.start) for s in batch.slices]
+                for chunk in batch.chunks:
+                    results = self._checked_forward([Part(tickets[k].prepared, i, i + 1) for k, i in chunk])
+                    for (k, i), result in zip(chunk, results, strict=True):
+                        outputs[k][i - batch.slices[k].start] = result[0]
+                return outputs
             assert self._loop is not None
-            counted: set[int] = set()
-            for chunk in batch.chunks:
+            for index, chunk in enumerate(batch.chunks):
                 results = self._checked_forward([Part(tickets[k].prepared, i, i + 1) for k, i in chunk])
-                self._loop.call_soon_threadsafe(self._deliver, chunk, results, tickets, record, counted)
+                self._loop.call_soon_threadsafe(self._deliver, batch, index, results, tickets, record)
             return None
         finally:
             record.end = self._clock()
@@ -350,46 +357,43 @@ class ModelWorker:
         return outputs
 
     def _deliver(
-        self,
-        chunk: Sequence[tuple[int, int]],
-        results: list[list[Any]],
-        tickets: Sequence[Ticket],
-        record: ForwardRecord,
-        counted: set[int],
+        self, batch: Batch, index: int, results: list[list[Any]], tickets: Sequence[Ticket], record: ForwardRecord
     ) -> None:
-        """Outputs of one sub-forward, one item per part; a request whose items
-        are all done is answered now."""
+        """Outputs of one sub-forward, one item per part; the requests it
+        completes (``Batch.answered``) are answered now."""
         now = self._clock()
-        for (k, i), result in zip(chunk, results, strict=True):
-            ticket = tickets[k]
-            if ticket.future.done():
-                continue  # its client went away: drop the result
-            if k not in counted:
-                counted.add(k)
-                if ticket.timing.forwards == 0:
-                    ticket.timing.queue_s = record.start - ticket.admitted
-                ticket.timing.forwards += 1
-            ticket.outputs[i] = result[0]
-            ticket.done_items += 1
-            if ticket.done_items == len(ticket.outputs):
-                ticket.timing.inference_s += now - record.start
-                ticket.future.set_result(ticket.outputs)
+        if index == 0:
+            for ticket in tickets:
+                self._start_timing(ticket, record)
+        for (k, i), result in zip(batch.chunks[index], results, strict=True):
+            tickets[k].outputs[i] = result[0]
+        answered = batch.answered(index)
+        for k in answered:
+            self._answer(tickets[k], now - record.start)
+        if answered and index < len(batch.chunks) - 1:
+            self.scheduler.answered_early(now, len(answered))
 
     def _fan_out(
         self, batch: Batch, tickets: Sequence[Ticket], outputs: list[list[Any]], record: ForwardRecord
     ) -> None:
         for piece, ticket, out in zip(batch.slices, tickets, outputs, strict=True):
-            if ticket.future.done():
-                continue  # its client went away mid-forward: drop the result
-            if ticket.timing.forwards == 0:
-                ticket.timing.queue_s = record.start - ticket.admitted
-            ticket.timing.forwards += 1
+            self._start_timing(ticket, record)
             ticket.timing.inference_s += record.end - record.start
             ticket.outputs[piece.start : piece.stop] = out
-            ticket.done_items += piece.stop - piece.start
-            if ticket.done_items == len(ticket.outputs):
-                ticket.future.set_result(ticket.outputs)
 
-    def _fail(self, ticket: Ticket, error: SiftError) -> None:
-        if not ticket.future.done():
+    @staticmethod
+    def _start_timing(ticket: Ticket, record: ForwardRecord) -> None:
+        if ticket.timing.forwards == 0:
+            ticket.timing.queue_s = record.start - ticket.admitted
+        ticket.timing.forwards += 1
+
+    def _answer(self, ticket: Ticket | None, inference_s: float) -> None:
+        """A request the scheduler reports complete (its client may have gone: then nothing)."""
+        if ticket is None or ticket.future.done():
+            return
+        ticket.timing.inference_s += inference_s
+        ticket.future.set_result(ticket.outputs)
+
+    def _fail(self, ticket: Ticket | None, error: SiftError) -> None:
+        if ticket is not None and not ticket.future.done():
             ticket.future.set_exception(error)

@@ -11,13 +11,17 @@ deadline (a header arrival only updates the ingress count), so those are the
 events at which this loop asks ``Scheduler.decide``:
 
 * ``Dispatch``: ``Scheduler.take`` forms the batch; its forward ends at
-  ``now + F(batch)``, when ``Scheduler.complete`` is told;
+  ``now + F(batch)``, when ``Scheduler.complete`` is told. A batch cut into
+  sub-forwards answers each request when the sub-forward holding its last
+  item ends, as the worker does (unless the batch says ``deliver_together``);
 * ``WaitUntil(t)``: a timer re-decides at ``t`` (a newer event re-decides
   earlier and replaces the timer);
 * ``Idle``: nothing happens until the next event.
 
 Events at the same instant run in a fixed order (forward end, header arrival,
-admission, timer), then in scheduling order, so a run is deterministic.
+admission, timer, early answer), then in scheduling order, so a run is
+deterministic. An early answer of a sub-forward decides nothing (the worker
+is busy until its batch ends).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Literal, Protocol
 
-from sift_server.engine.batch_queue import Caps
+from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import Decision, Dispatch, Idle, SchedulerState, WaitUntil
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
 from sift_server.simulator.traces import Arrival, Client
@@ -65,6 +69,7 @@ class EventKind(IntEnum):
     ARRIVAL = 1
     ADMISSION = 2
     WAKE = 3
+    DELIVERY = 4
 
 
 @dataclass(slots=True)
@@ -162,6 +167,7 @@ class EngineSim:
         log_decisions: bool = False,
         max_events: int = 50_000_000,
         arm: str | None = None,
+        queue_factory: Callable[[str], BatchQueue] = BatchQueue,
     ) -> None:
         self.policy = policy
         self.arm = arm or policy.name
@@ -171,7 +177,7 @@ class EngineSim:
         config = config if config is not None else SchedulerConfig()
         if caps is not None:
             config = replace(config, caps=caps)
-        self.scheduler = Scheduler(policy, config)
+        self.scheduler = Scheduler(policy, config, queue_factory=queue_factory)
         self.caps = config.caps
         self.pending_time: PendingTime = pending_time
         self.wake_on_header = wake_on_header
@@ -205,6 +211,8 @@ class EngineSim:
                 raise SimulationError(f"more than {self.max_events} events: the run does not end")
             self.now = event.time
             self._handle(event)
+            if event.kind is EventKind.DELIVERY:
+                continue
             if event.kind is not EventKind.ARRIVAL or self.wake_on_header:
                 self._decide()
         self._check_finished()
@@ -251,6 +259,10 @@ class EngineSim:
             self._admit(event.payload)
         elif event.kind is EventKind.FORWARD_END:
             self._end_forward()
+        elif event.kind is EventKind.DELIVERY:
+            assert isinstance(event.payload, tuple)
+            self.scheduler.answered_early(self.now, len(event.payload))
+            self._answer(event.payload)
         else:
             self._timer_deadline = None
 
@@ -269,7 +281,10 @@ class EngineSim:
         batch, started = self._running
         self._running = None
         done = self.scheduler.complete(batch, started, self.now)
-        for request_id in done.finished:
+        self._answer([rid for rid in done.finished if not self.requests[rid].done])
+
+    def _answer(self, request_ids: Sequence[str]) -> None:
+        for request_id in request_ids:
             self.requests[request_id].end = self.now
             for arrival in self.client.on_complete(request_id, self.now):
                 self._accept(arrival)
@@ -311,7 +326,12 @@ class EngineSim:
         if batch is None:
             raise SimulationError(f"{self.policy.name} dispatched empty lane {decision.lane!r}")
         forward_id = len(self.forwards)
-        end = self.now + sum(_seconds(self.forward, [batch.item_cost(at) for at in chunk]) for chunk in batch.chunks)
+        end = self.now
+        for index, chunk in enumerate(batch.chunks):
+            end += _seconds(self.forward, [batch.item_cost(at) for at in chunk])
+            answered = tuple(batch.slices[k].pending.request_id for k in batch.answered(index))
+            if answered and index < len(batch.chunks) - 1 and not batch.deliver_together:
+                self._push(end, EventKind.DELIVERY, answered)
         for piece in batch.slices:
             request = self.requests[piece.pending.request_id]
             if math.isnan(request.start):

@@ -13,6 +13,7 @@ from sift_server.simulator.traces import (
     DEFAULT_INGRESS,
     Client,
     Kind,
+    Lengths,
     bursts,
     closed_loop,
     poisson,
@@ -112,21 +113,22 @@ def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) ->
                 warmup=config.poisson_warmup,
             ),
         )
-    # Mixed lengths only where the forward model prices them (padding).
-    mixed = isinstance(forward, PaddedForward)
-    for clients in config.closed_clients:
-        name = f"closed{clients}-mixed" if mixed else f"closed{clients}"
-        add(
-            name,
-            "closed",
-            partial(
-                closed_loop,
-                clients,
-                config.closed_per_client,
-                config.closed_turnaround,
-                family_seed(config.seed, name),
-                ingress=config.ingress,
-                mixed=mixed,
-            ),
-        )
+    # Varied lengths only where the forward model prices them (padding).
+    lengths: tuple[Lengths, ...] = ("sentences", "mixed") if isinstance(forward, PaddedForward) else ("fixed",)
+    for text in lengths:
+        for clients in config.closed_clients:
+            name = f"closed{clients}" if text == "fixed" else f"closed{clients}-{text}"
+            add(
+                name,
+                "closed",
+                partial(
+                    closed_loop,
+                    clients,
+                    config.closed_per_client,
+                    config.closed_turnaround,
+                    family_seed(config.seed, name),
+                    ingress=config.ingress,
+                    lengths=text,
+                ),
+            )
     return families

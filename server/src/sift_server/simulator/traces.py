@@ -23,6 +23,9 @@ DEFAULT_INGRESS = 0.00015
 DEFAULT_COST = 12
 
 Kind = Literal["sequential", "bursts", "poisson", "replay", "closed"]
+# Text lengths of a closed loop: every text ``DEFAULT_COST`` tokens, user-like
+# ``mixed`` lengths, or ``sentences`` only (the bench's ``sentences`` workload).
+Lengths = Literal["fixed", "mixed", "sentences"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,21 +177,26 @@ class BurstClient:
         return arrivals
 
 
+def sentence_cost(rng: random.Random) -> int:
+    """Tokens of one English sentence of 5-40 words (with its two special tokens)."""
+    return 2 + round(rng.randint(5, 40) * 1.3)
+
+
 def mixed_cost(rng: random.Random, max_tokens: int = 256) -> int:
     """Tokens of one text from a user-like mix: mostly sentences of 5-40
     words, one in twenty a long passage near the model's limit."""
     if rng.random() < 0.05:
         return rng.randint(max_tokens * 3 // 4, max_tokens)
-    words = rng.randint(5, 40)
-    return 2 + round(words * 1.3)
+    return sentence_cost(rng)
 
 
 @dataclass(slots=True)
 class ClosedLoopClient:
     """``clients`` callers, each sending its next request ``turnaround``
     (± ``jitter``) after its previous answer, ``per_client`` requests each, one
-    text per request with user-like mixed lengths (``mixed_cost``). The first
-    ``warmup`` requests of each caller are not scored."""
+    text per request of ``lengths`` (``mixed_cost``, ``sentence_cost``, or
+    ``fixed_cost`` tokens each). The first ``warmup`` requests of each caller
+    are not scored."""
 
     clients: int
     per_client: int
@@ -196,8 +204,8 @@ class ClosedLoopClient:
     jitter: float
     seed: int
     ingress: IngressQueue = field(default_factory=IngressQueue)
-    # None: user-like mixed lengths (``mixed_cost``); else every text costs this.
-    fixed_cost: int | None = None
+    lengths: Lengths = "mixed"
+    fixed_cost: int = DEFAULT_COST
     max_tokens: int = 256
     warmup: int = 5
     family: str = "closed"
@@ -223,6 +231,13 @@ class ClosedLoopClient:
         delay = self.turnaround + self._rng.uniform(-self.jitter, self.jitter)
         return [self._issue(caller, now + delay)]
 
+    def _cost(self) -> int:
+        if self.lengths == "mixed":
+            return mixed_cost(self._rng, self.max_tokens)
+        if self.lengths == "sentences":
+            return sentence_cost(self._rng)
+        return self.fixed_cost
+
     def _issue(self, caller: int, at: float) -> Arrival:
         # Ingress reads requests in the order they arrive: never before the last one.
         at = self._last = max(at, self._last)
@@ -232,7 +247,7 @@ class ClosedLoopClient:
             request_id=f"c{caller}.{index}",
             arrival=at,
             admission=self.ingress.admit(at),
-            cost=mixed_cost(self._rng, self.max_tokens) if self.fixed_cost is None else self.fixed_cost,
+            cost=self._cost(),
             scored=index >= self.warmup,
         )
 
@@ -283,10 +298,10 @@ def closed_loop(
     seed: int,
     ingress: float = DEFAULT_INGRESS,
     jitter: float | None = None,
-    mixed: bool = True,
+    lengths: Lengths = "mixed",
 ) -> ClosedLoopClient:
     return ClosedLoopClient(
-        fixed_cost=None if mixed else DEFAULT_COST,
+        lengths=lengths,
         clients=clients,
         per_client=per_client,
         turnaround=turnaround,
