@@ -86,6 +86,7 @@ def build_state(
         calibrate=settings.calibrate,
         recent_use_s=settings.evict_idle_s,
     )
+    metrics.watch_models(registry.model_states)
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
 

@@ -269,6 +269,10 @@ class Registry:
 
     # ---- eviction --------------------------------------------------------
 
+    def model_states(self) -> list[tuple[str, bool, int]]:
+        """(name, loaded, memory bytes) of every catalog model, for the metrics."""
+        return [(r.spec.name, r.state == "loaded", r.memory_bytes) for r in self.records.values()]
+
     def loaded_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
 
