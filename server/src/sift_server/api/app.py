@@ -32,6 +32,9 @@ from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
 from sift_server.service.common import Limits
+from sift_server.telemetry import tracing
+from sift_server.telemetry.asgi import TraceRequests
+from sift_server.telemetry.forwards import forward_spans
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +74,9 @@ def build_state(
             shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
         )
         config = WorkerConfig(scheduler=scheduling, forward_nice=settings.forward_nice)
+        spans = forward_spans(lambda: str(adapter.info.runtime.get("backend", "torch")))
         worker = ModelWorker(
-            spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward]
+            spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward, spans]
         )
         if curve is not None:
             worker.scheduler.seed_costs(curve.points)
@@ -87,6 +91,7 @@ def build_state(
         recent_use_s=settings.evict_idle_s,
     )
     metrics.watch_models(registry.model_states)
+    tracing.start(settings.otlp_endpoint)
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
 
@@ -130,4 +135,5 @@ def create_app(state: ServerState) -> FastAPI:
     for module in (native, openai, models, health):
         app.include_router(module.router)
     install_front_door(app, state, answer_native=True)
+    app.add_middleware(TraceRequests)  # outermost: a request's span covers every layer
     return app
