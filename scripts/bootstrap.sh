@@ -23,7 +23,7 @@ echo "sift: installing dependencies (first run takes a few minutes)"
 python -m pip install --quiet --upgrade pip
 # torch first and pinned: left to a resolver, "torch" means a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ./sdk -e "./server[extract,rerank,hybrid,lora,onnx,openvino,cluster]" -e ./bench -r requirements-dev.txt
+python -m pip install --quiet -e ./sdk -e "./server[extract,rerank,hybrid,lora,onnx,openvino,cluster,otel]" -e ./bench -r requirements-dev.txt
 # PyLate, the ColBERT reference of the parity tests, pins sentence-transformers 5.3 and
 # transformers <= 5.3 (the server runs 6.x / 5.16): it gets its own folder, without
 # dependencies, put first on PYTHONPATH only by the subprocess that runs it

@@ -24,6 +24,8 @@ from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
 from sift_server.service.common import Limits
+from sift_server.telemetry import tracing
+from sift_server.telemetry.forwards import forward_spans
 
 
 def build_state(
@@ -61,8 +63,9 @@ def build_state(
             shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
         )
         config = WorkerConfig(scheduler=scheduling, forward_nice=settings.forward_nice)
+        spans = forward_spans(lambda: str(adapter.info.runtime.get("backend", "torch")))
         worker = ModelWorker(
-            spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward]
+            spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward, spans]
         )
         if curve is not None:
             worker.scheduler.seed_costs(curve.points)
@@ -76,5 +79,7 @@ def build_state(
         calibrate=settings.calibrate,
         recent_use_s=settings.evict_idle_s,
     )
+    metrics.watch_models(registry.model_states)
+    tracing.start(settings.otlp_endpoint)
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)

@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     # never reuses a connection the server is closing at that moment.
     keep_alive_s: int = 2 * MAX_RETRY_AFTER_S
     trace_file: Path | None = None
+    # OpenTelemetry over OTLP/HTTP (telemetry/); OTEL_EXPORTER_OTLP_ENDPOINT also turns it on.
+    otlp_endpoint: str | None = None
     log_level: str = "info"
     # glibc only: cap the malloc arenas (0 leaves glibc's default of 8 per core).
     # Every malloc_trim_s seconds (0: never) run a full garbage collection and

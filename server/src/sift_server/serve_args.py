@@ -48,6 +48,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--trace-file", type=Path, help="Append one JSON line per forward (for benchmarks).")
     p.add_argument(
+        "--otlp-endpoint",
+        help="Send OpenTelemetry traces over OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 "
+        "(or set SIFT_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT; needs the otel extra).",
+    )
+    p.add_argument(
         "--keep-alive-s",
         type=int,
         help="Close idle keep-alive connections after this (default 10; must exceed 5, the longest Retry-After).",

@@ -16,6 +16,7 @@ from sift_server.api.errors import routing_error
 from sift_server.api.middleware import FRONT_DOOR
 from sift_server.composition import build_state
 from sift_server.core.state import ServerState
+from sift_server.telemetry.asgi import TraceRequests
 
 # build_state is the composition root's (sift_server.composition); named here for older imports.
 __all__ = ["build_state", "create_app"]
@@ -33,7 +34,7 @@ class SiftApp(FastAPI):
         app = super().build_middleware_stack()
         for layer in FRONT_DOOR:  # innermost first
             app = layer(app, state=self.state.sift)
-        return app
+        return TraceRequests(app)  # outermost: a request's span covers every layer
 
 
 def create_app(state: ServerState) -> FastAPI:

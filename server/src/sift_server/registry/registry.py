@@ -25,6 +25,14 @@ from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS, Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
 from sift_server.registry.loras import LoraSet
+from sift_server.registry.switching import (
+    PENDING,
+    SwitchingAdapter,
+    decides_in_background,
+    describe_switch,
+    first_spec,
+    in_low_priority_thread,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +79,8 @@ class ModelRecord:
     curve: Curve | None = None
     loras: LoraSet | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # auto's backend decision running in the background after a torch-first load.
+    decide_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 def _classify(exc: BaseException) -> tuple[str, bool]:
@@ -98,8 +108,11 @@ class Registry:
         clock: Callable[[], float] = time.monotonic,
         calibrate: bool = False,
         recent_use_s: float = RECENT_USE_S,
+        decide_in_background: bool = True,
     ) -> None:
         self.calibrate = calibrate
+        # auto entries serve on torch fp32 at once and switch when the decision is made.
+        self.decide_in_background = decide_in_background
         self.recent_use_s = recent_use_s
         self.catalog = catalog
         self._worker_factory = worker_factory
@@ -192,8 +205,9 @@ class Registry:
             log.info("model %s not loaded: the memory budget is held by busy model(s) %s", spec.name, busy)
             return
         await self._make_room(expected, keep=spec.name)
+        background = self.decide_in_background and decides_in_background(spec)
         try:
-            adapter = await asyncio.to_thread(self._loader, spec)
+            adapter: Adapter = await asyncio.to_thread(self._loader, first_spec(spec) if background else spec)
         except Exception as exc:
             error_class, permanent_hint = _classify(exc)
             attempts = (record.last_error.attempts + 1) if record.last_error else 1
@@ -203,6 +217,8 @@ class Registry:
             record.state = "failed"
             log.error("loading model %s failed: %s", spec.name, exc)
             return
+        if background:
+            adapter = SwitchingAdapter(adapter, PENDING)
         record.adapter = adapter
         record.loras = LoraSet(spec, adapter, self._clock)
         record.memory_bytes = record.known_bytes = adapter.memory_bytes()
@@ -226,9 +242,36 @@ class Registry:
                 rates,
                 record.curve.best_size,
             )
+        if isinstance(adapter, SwitchingAdapter):
+            log.info("model %s serves on torch fp32 while auto decides its backend in the background", spec.name)
+            record.decide_task = asyncio.get_running_loop().create_task(
+                self._decide(record, adapter), name=f"decide-{spec.name}"
+            )
         await self._make_room(0, keep=spec.name)
 
+    async def _decide(self, record: ModelRecord, serving: SwitchingAdapter) -> None:
+        """Load the entry as ``auto`` chooses (exports, timing rounds) in a thread at
+        a raised nice, then switch ``serving`` to it between forwards."""
+        name = record.spec.name
+        try:
+            decided = await in_low_priority_thread(self._loader, record.spec)
+        except Exception as exc:
+            log.warning("model %s: the backend decision failed (%s); it stays on torch fp32", name, exc)
+            serving.settle(f"failed ({type(exc).__name__}: {str(exc)[:200]}); stays on torch fp32")
+            return
+        if record.adapter is not serving:
+            decided.close()  # evicted (or reloaded) while deciding
+            return
+        old = await asyncio.to_thread(serving.switch, decided)
+        old.close()
+        record.memory_bytes = record.known_bytes = serving.memory_bytes()
+        log.info("%s", describe_switch(name, old, decided))
+
     # ---- eviction --------------------------------------------------------
+
+    def model_states(self) -> list[tuple[str, bool, int]]:
+        """(name, loaded, memory bytes) of every catalog model, for the metrics."""
+        return [(r.spec.name, r.state == "loaded", r.memory_bytes) for r in self.records.values()]
 
     def loaded_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
@@ -289,6 +332,7 @@ class Registry:
         record.state, record.worker, record.adapter, record.memory_bytes = "available", None, None, 0
         record.loras = None
         self.evictions += 1
+        # A decision still running finds the record changed and drops its result.
         if worker is not None:
             # Queued requests are told to come back; the model reloads on demand.
             await worker.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))

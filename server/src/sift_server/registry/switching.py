@@ -1,0 +1,158 @@
+"""Serve first, decide in the background (issue 23.5).
+
+A first start with ``backend: auto`` used to export the model to ONNX and
+OpenVINO and time every candidate before the first request was served. Now the
+registry loads the entry on PyTorch fp32 (the exact reference, seconds), serves
+through a :class:`SwitchingAdapter`, and loads the ``auto`` choice in a
+background thread at a raised nice; when that is ready the adapter switches
+between two forwards and the PyTorch copy is released.
+
+Why a request prepared before the switch may run after it: ``prepare`` depends
+on the model folder and the entry's options only (tokenization), never on the
+backend, for every adapter; both sides of the switch are the same adapter class
+over the same folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sift_server.adapters.base import Adapter, LoadContext, Part, Prepared, TaskInput
+from sift_server.registry.catalog import ModelSpec
+from sift_server.registry.loader import backend_override
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Nice of the thread that exports and times candidates: the serving threads come first.
+DECIDE_NICE = 19
+PENDING = "auto: exporting and timing the candidates in the background; serving on torch fp32 meanwhile"
+
+
+def decides_in_background(spec: ModelSpec) -> bool:
+    """Entries that serve on torch fp32 first: ``auto`` and not overridden by
+    ``SIFT_BACKEND``; an entry with LoRAs runs on torch anyway."""
+    backend, _ = backend_override()
+    return backend is None and spec.backend == "auto" and not spec.loras
+
+
+def first_spec(spec: ModelSpec) -> ModelSpec:
+    """The entry as it serves until the decision: PyTorch fp32."""
+    return spec.model_copy(update={"backend": "torch", "precision": "fp32"})
+
+
+def lower_priority(nice: int = DECIDE_NICE) -> None:
+    """Raise the calling thread's nice (Linux: a thread is a schedulable task)."""
+    # Not Linux, or not permitted: decide at normal priority.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+
+
+class SwitchingAdapter(Adapter):
+    """One model's adapter that may be replaced by another between forwards.
+
+    ``pending`` describes a decision still running (None once switched); it is
+    shown in ``/v1/models`` under ``runtime.pending``."""
+
+    def __init__(self, current: Adapter, pending: str | None = None) -> None:
+        self._current = current
+        self._lock = threading.Lock()
+        self.pending = pending
+        self.switches = 0
+        self._describe()
+
+    @classmethod
+    def load(cls, ctx: LoadContext) -> Adapter:
+        raise NotImplementedError("a SwitchingAdapter wraps an adapter loaded by the registry")
+
+    @property
+    def current(self) -> Adapter:
+        return self._current
+
+    def _describe(self) -> None:
+        info = self._current.info
+        if self.pending is not None:
+            info = dataclasses.replace(info, runtime={**info.runtime, "pending": self.pending})
+        self.info = info
+        self.supports_lora = self._current.supports_lora
+
+    def prepare(self, task: TaskInput) -> Prepared:
+        return self._current.prepare(task)
+
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        with self._lock:
+            return self._current.forward(parts)
+
+    def switch(self, new: Adapter) -> Adapter:
+        """Serve through ``new`` from the next forward on (waits for a running one);
+        returns the adapter it replaced, for the caller to close."""
+        with self._lock:
+            old, self._current = self._current, new
+            self.pending = None
+            self.switches += 1
+            self._describe()
+        return old
+
+    def settle(self, outcome: str) -> None:
+        """The decision ended without a switch (it failed): say so instead of pending."""
+        self.pending = None
+        self._describe()
+        self.info = dataclasses.replace(self.info, runtime={**self.info.runtime, "decision": outcome})
+
+    def memory_bytes(self) -> int:
+        return self._current.memory_bytes()
+
+    def load_lora(self, name: str, path: Path) -> None:
+        self._current.load_lora(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        self._current.unload_lora(name)
+
+    def close(self) -> None:
+        self._current.close()
+
+
+def describe_switch(model: str, old: Adapter, new: Adapter) -> str:
+    before, after = old.info.runtime, new.info.runtime
+    return (
+        f"model {model}: switched from {before.get('backend', '?')} {before.get('precision', '')} "
+        f"to {after.get('backend', '?')} {after.get('precision', '')} ({after.get('selected_by', 'auto')}) "
+        "between forwards"
+    )
+
+
+def in_low_priority_thread(function: Callable[[T], R], argument: T) -> asyncio.Future[R]:
+    """``function(argument)`` in a new daemon thread at ``DECIDE_NICE`` (daemon: a
+    decision still exporting must not hold the process past its shutdown grace)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[R] = loop.create_future()
+
+    def settle(result: R | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        lower_priority()
+        try:
+            result = function(argument)
+        except BaseException as exc:
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="decide-backend", daemon=True).start()
+    return future
