@@ -31,6 +31,7 @@ from sift_bench.arms import (
     write_manifest,
 )
 from sift_bench.ceiling import GRID, run_ceiling
+from sift_bench.dominance import verdicts
 from sift_bench.client import ClientKind, fetch_dims, make_transport
 from sift_bench.cluster_server import ClusterServer
 from sift_bench.join import JoinResult, burst_pattern, join_requests
@@ -240,6 +241,8 @@ def run_one(
     # A gateway arm: the same phases through nats-server, a gateway and one worker.
     server = ClusterServer(spec) if arm.kind == "gateway" else ServerProcess(spec)
     sampler: CpuSampler | None = None
+    # The load generator's own CPU use: a lean client leaves the server's figures its own.
+    client_sampler = CpuSampler(os.getpid()).start()
     warm: list[PhaseResult] = []
     measured: list[PhaseResult] = []
     texts = texts_for(config.workload, seed=config.seed)
@@ -284,6 +287,7 @@ def run_one(
     finally:
         if sampler is not None:
             sampler.stop()
+        client_sampler.stop()
         server.stop()
         if "server" in run:
             run["server"]["returncode"] = server.returncode
@@ -300,6 +304,7 @@ def run_one(
     for p in measured:
         # Cores the server used during the phase (CPU time / wall time).
         run["phases"][p.name]["server_cores"] = sampler.cores_used(p.start, p.end) if sampler else None
+        run["phases"][p.name]["client_cores"] = client_sampler.cores_used(p.start, p.end)
     problems += _invalid_summary([*warm, *measured])
     expected = config.plan.phase_names()
     if not problems and [p.name for p in measured] != expected:
@@ -359,6 +364,8 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "torch_threads": config.torch_threads,
         "items_per_request": config.items_per_request,
         "seed": config.seed,
+        "workload": config.workload,
+        "request": asdict(config.request),
         "plan": asdict(config.plan),
         "phases": config.plan.phase_names(),
         "ceiling": config.ceiling,
@@ -384,6 +391,9 @@ def finish(results: dict[str, Any], out_dir: Path, *, make_plots: bool = True) -
         results["config"]["phases"],
         int(results["config"].get("items_per_request", 1)),
     )
+    references = [a["name"] for a in results["arms"] if a["kind"] == "reference"]
+    found = verdicts(analysis["summary"], references, results["config"]["phases"])
+    results["dominance"] = [v.as_dict() for v in found]
     results["files"] = {"results": "results.json", "report": "report.md"}
     if make_plots:
         results["files"]["plots"] = [p.name for p in plots.write_plots(results, out_dir)]
