@@ -14,7 +14,8 @@ import time
 
 import msgpack
 import uvloop
-from raw_http import RawConnection  # scripts/, beside this file
+
+from sift_bench.raw_http import RawConnection
 
 TEXTS = [f"The quick brown fox jumps over the lazy dog number {i}." for i in range(64)]
 HEADERS = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}

@@ -281,6 +281,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"{plan['warmup_closed_s']} s closed loop; not counted), sequential {plan['sequential']}, "
         f"{plan['bursts']} bursts of each of {plan['burst_sizes']} after {plan['burst_gap_s'] * 1000:.0f} ms idle, "
         f"closed loop at {plan['concurrencies']} in flight for {plan['closed_seconds']} s each",
+        f"- command: `{' '.join(meta.get('command_line') or ['?'])}`",
         f"- started {meta['started']}, finished {meta.get('finished', '?')}, host `{meta['host']}`, "
         f"Python {meta['python']}, SDK {meta.get('sift_sdk')}",
         "",
@@ -375,7 +376,10 @@ def markdown(results: Mapping[str, Any]) -> str:
         "![throughput](throughput.png)",
         "",
         "Raw per-request columns (client send/receive, server arrival/admission/decision/forward times, forward "
-        "ids and sizes) are in `results.json`; server logs in `logs/`, traces in `traces/`.",
+        "ids and sizes) are in `results.json`; server logs in `logs/`, traces in `traces/`."
+        if not results.get("slim")
+        else "Archived results (`results.json.gz`): per-request columns, logs and traces are not kept; the command "
+        "line above regenerates them.",
         "",
     ]
     return "\n".join(lines)

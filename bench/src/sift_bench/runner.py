@@ -31,15 +31,16 @@ from sift_bench.arms import (
     write_manifest,
 )
 from sift_bench.ceiling import GRID, run_ceiling
-from sift_bench.dominance import verdicts
 from sift_bench.client import ClientKind, fetch_dims, make_transport
 from sift_bench.cluster_server import ClusterServer
+from sift_bench.dominance import verdicts
 from sift_bench.join import JoinResult, burst_pattern, join_requests
 from sift_bench.ordering import trial_orders
 from sift_bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
+from sift_bench.reference.server import ReferenceServer
 from sift_bench.request import RequestSpec
 from sift_bench.server_cpu import CpuSampler
-from sift_bench.server_proc import ServerProcess, ServerSpec, ServerStartError
+from sift_bench.server_proc import ArmServer, ServerProcess, ServerSpec, ServerStartError
 from sift_bench.targets import evaluate
 from sift_bench.workload import Workload, texts_for
 from sift_server.config import DEFAULT_MODEL
@@ -239,7 +240,13 @@ def run_one(
         extra_args=arm.server_args,
     )
     # A gateway arm: the same phases through nats-server, a gateway and one worker.
-    server = ClusterServer(spec) if arm.kind == "gateway" else ServerProcess(spec)
+    server: ArmServer
+    if arm.kind == "gateway":
+        server = ClusterServer(spec)
+    elif arm.kind == "reference":
+        server = ReferenceServer(spec, launcher=arm.launcher) if arm.launcher else ReferenceServer(spec)
+    else:
+        server = ServerProcess(spec)
     sampler: CpuSampler | None = None
     # The load generator's own CPU use: a lean client leaves the server's figures its own.
     client_sampler = CpuSampler(os.getpid()).start()
@@ -264,6 +271,8 @@ def run_one(
                 config.client, server.url, config.model, dims,
                 max_connections=max((*config.plan.burst_sizes, *config.plan.concurrencies, 1)) * 2,
                 spec=config.request,
+                # The reference server does not echo X-Request-ID (nor write a trace to join).
+                echo_required=arm.kind != "reference",
             )  # fmt: skip
             ctx = PhaseContext(
                 transport, texts, tag, items_per_request=config.items_per_request, progress=progress.tick
