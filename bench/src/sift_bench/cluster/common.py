@@ -110,9 +110,8 @@ class Setup:
 
 def keep_alive(connections: int) -> httpx.Limits:
     """Keep every connection open between requests. httpx keeps 20 by default: with
-    more in flight it closed and reopened connections all the time, and a reopened
-    one now and then waited a TCP retransmission (about 1 s) before the gateway
-    saw its request (the 1 s stall of the first measurements)."""
+    more in flight it closes and reopens connections all the time, and a reopened
+    one can wait a TCP retransmission before the gateway sees its request."""
     return httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
 
 

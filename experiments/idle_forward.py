@@ -1,7 +1,7 @@
 """One-item forwards of the default model in-process, fed the way a sequential
 client feeds a server: does an idle gap before each forward make it slower?
 
-    taskset -c 0 python scripts/idle_forward.py [--rounds 3] [--gap-ms 5]
+    taskset -c 0 python experiments/idle_forward.py [--rounds 3] [--gap-ms 5]
 
 Loads the default catalog model as ``sift serve`` would (its ``auto`` backend),
 prepares the 256 texts of the bench's mixed workload, and per round prints the

@@ -1,8 +1,8 @@
-"""Measure the backends of issue 9 on this machine (docs/benchmarks/backends.md).
+"""Measure the inference backends on this machine (docs/benchmarks/backends.md).
 
-    python scripts/measure_backends.py inprocess [--model embedder|cross-encoder] [--rounds 5]
-    python scripts/measure_backends.py coldstart BACKEND [BACKEND ...]
-    python scripts/measure_backends.py cross-encoder-folder DEST
+    python experiments/measure_backends.py inprocess [--model embedder|cross-encoder] [--rounds 5]
+    python experiments/measure_backends.py coldstart BACKEND [BACKEND ...]
+    python experiments/measure_backends.py cross-encoder-folder DEST
 
 ``inprocess`` loads the model once per backend (explicit backend and precision:
 no auto), then runs interleaved rounds of forwards at batch 8 and 32 over 256

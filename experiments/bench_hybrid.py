@@ -17,8 +17,8 @@ plus a catalog folder naming them ``bench/minilm-splade`` and
 ``bench/minilm-colbert``. The heads are untrained (random, seeded): the cost
 is real, the outputs mean nothing.
 
-    python scripts/bench_hybrid.py --build /tmp/hybrid-bench
-    flock /tmp/sift-bench.lock python scripts/bench_hybrid.py --catalog /tmp/hybrid-bench/catalog \\
+    python experiments/bench_hybrid.py --build /tmp/hybrid-bench
+    flock /tmp/sift-bench.lock python experiments/bench_hybrid.py --catalog /tmp/hybrid-bench/catalog \\
         --model bench/minilm-splade --model bench/minilm-colbert --json docs/benchmarks/hybrid.json
 """
 

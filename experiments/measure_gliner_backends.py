@@ -1,8 +1,8 @@
 """Measure the ``gliner`` adapter on each backend (docs/benchmarks/backends.md, GLiNER).
 
-    python scripts/measure_gliner_backends.py folder DEST
-    python scripts/measure_gliner_backends.py inprocess --folder DEST [--rounds 5] [--batch 8] [--texts 256]
-    python scripts/measure_gliner_backends.py auto --folder DEST [--rechoose]
+    python experiments/measure_gliner_backends.py folder DEST
+    python experiments/measure_gliner_backends.py inprocess --folder DEST [--rounds 5] [--batch 8] [--texts 256]
+    python experiments/measure_gliner_backends.py auto --folder DEST [--rechoose]
 
 ``folder`` writes a MiniLM-sized GLiNER: a uni-encoder span GLiNER whose encoder is
 the real all-MiniLM-L6-v2 (packaged, offline) under a randomly initialised GLiNER

@@ -1,9 +1,9 @@
 """How tight can the closed-loop tail be on a workload of mixed lengths, whatever the policy?
 
-    taskset -c 0 python scripts/tail_bound.py [--workload mixed] [--waves 200] [--sizes 8,32]
+    taskset -c 0 python experiments/tail_bound.py [--workload mixed] [--waves 200] [--sizes 8,32]
 
-The engine issue asks for p99 <= 1.3 x p50 and max <= 2 x p50 of client latency with 8 and 32
-clients in closed loop. This script measures, in-process on the default model (its ``auto``
+A fixed tail ratio (p99 and max against p50 of client latency, 8 and 32 clients in closed
+loop) can only be as tight as the schedule allows. This script measures, in-process on the default model (its ``auto``
 backend, one thread), the most favourable schedule a server could run for that ratio: every
 client's request of a wave in one batch (full-wave synchronization, what a timed window
 achieves at best), run as the server runs a batch (sub-forwards of similar length,
@@ -18,7 +18,7 @@ Two figures per wave size:
   answers).
 
 A client's latency is the wave's time plus a fixed turnaround (``--turnaround-ms``: HTTP both
-ways and the client, about 5 ms with the SDK on this machine), which only dilutes the ratio.
+ways and the client), which only dilutes the ratio.
 Lower ratios than ``held`` need answers held past their own wave: making the median request
 slower on purpose.
 """

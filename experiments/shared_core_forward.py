@@ -1,6 +1,6 @@
 """How much slower do forwards run when per-request work shares their core?
 
-    taskset -c 0 python scripts/shared_core_forward.py [--rounds 3] [--nice 10]
+    taskset -c 0 python experiments/shared_core_forward.py [--rounds 3] [--nice 10]
 
 The server runs its forwards in a thread (at ``--nice``, as ``forward_nice`` sets it) while the
 event loop, on the same core, does each request's HTTP, decoding, tokenizing and answer. This

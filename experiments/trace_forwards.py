@@ -1,6 +1,6 @@
 """What the forwards of a ``sift bench`` run's closed loops looked like, from the servers' traces.
 
-    .venv/bin/python scripts/trace_forwards.py BENCH_OUT_FOLDER
+    .venv/bin/python experiments/trace_forwards.py BENCH_OUT_FOLDER
 
 Per arm and closed-loop phase, medians over trials: requests per forward, sub-forwards per
 forward, the share of the phase the forward thread was busy, microseconds per real token
