@@ -82,7 +82,9 @@ def test_backport_rewrites_type_parameters_and_keeps_meaning() -> None:
         "",
     ])  # fmt: skip
     fixed = backport_source(source)
-    assert "[T" not in fixed.split("class Box")[1].split(":")[0]
+    assert "class Box(_Generic[T, U]):" in fixed
+    assert "class Sub(Box[V, V], _Generic[V]):" in fixed
+    assert fixed.index('T = _TypeVar("T", bound="int")') < fixed.index("@dataclass")
     namespace: dict[str, object] = {}
     exec(compile(fixed, "<backported>", "exec"), namespace)
     box = namespace["Box"](3)  # type: ignore[operator]
