@@ -96,3 +96,22 @@ def test_verdicts_compare_every_arm_with_the_reference_on_closed_phases() -> Non
         ("timed", "closed8", False),
     ]
     assert found[1].as_dict()["failed"] == ["p99", "max"]
+
+
+def test_dominance_is_a_target_of_each_arm_against_the_reference() -> None:
+    from sift_bench.targets import evaluate
+
+    summary = {
+        "adaptive": {"closed8": _phase([(0, 10, 20), (1, 10, 20)]) | {"throughput": {"geomean": 10.0}}},
+        "reference": {"closed8": _phase([(0, 10, 30), (1, 10, 30)]) | {"throughput": {"geomean": 10.0}}},
+    }
+    found = [v.as_dict() for v in verdicts(summary, ["reference"], ["closed8"])]
+    targets = evaluate({"summary": summary, "ratios": []}, None, ["closed8"], 1, found)
+    (row,) = [t for t in targets["adaptive"] if "dominates" in t["target"]]
+    assert (row["target"], row["status"]) == ("closed 8 dominates reference", "met")
+    assert not [t for t in targets["reference"] if "dominates" in t["target"]]
+    worse = [v.as_dict() for v in verdicts({**summary, "adaptive": summary["reference"],
+                                            "reference": summary["adaptive"]}, ["reference"], ["closed8"])]  # fmt: skip
+    (row,) = [t for t in evaluate({"summary": summary, "ratios": []}, None, ["closed8"], 1, worse)["adaptive"]
+              if "dominates" in t["target"]]  # fmt: skip
+    assert (row["status"], row["value"]) == ("not met", "fails: p99, max")

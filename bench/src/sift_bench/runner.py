@@ -394,15 +394,16 @@ def finish(results: dict[str, Any], out_dir: Path, *, make_plots: bool = True) -
     """Analysis, targets, and the files (results.json, report.md, PNGs)."""
     analysis = analyze(results)
     results["analysis"] = analysis
+    references = [a["name"] for a in results["arms"] if a["kind"] == "reference"]
+    found = verdicts(analysis["summary"], references, results["config"]["phases"])
+    results["dominance"] = [v.as_dict() for v in found]
     results["targets"] = evaluate(
         analysis,
         results.get("ceiling"),
         results["config"]["phases"],
         int(results["config"].get("items_per_request", 1)),
+        results["dominance"],
     )
-    references = [a["name"] for a in results["arms"] if a["kind"] == "reference"]
-    found = verdicts(analysis["summary"], references, results["config"]["phases"])
-    results["dominance"] = [v.as_dict() for v in found]
     results["files"] = {"results": "results.json", "report": "report.md"}
     if make_plots:
         results["files"]["plots"] = [p.name for p in plots.write_plots(results, out_dir)]

@@ -102,6 +102,8 @@ def setup_reference(target: Path, log: Callable[[str], None] = print, *, python:
         wanted = list(dict.fromkeys(requirements(_metadata(server)) + requirements(_metadata(sdk)) + list(_EXTRA)))
         _run([*pip, "install", "-q", "-c", str(constraints), TORCH, *wanted], log)
         _run([*pip, "install", "-q", "--no-deps", "--ignore-requires-python", str(server), str(sdk)], log)
+    # A requirement may still have pulled torchvision in; its build breaks every transformers import.
+    _run([*pip, "uninstall", "-y", "-q", "torchvision"], log)
     site = next((target / "lib").glob("python3*/site-packages"))
     for package in ("sie_server", "sie_sdk"):
         rewritten = backport_tree(site / package)
