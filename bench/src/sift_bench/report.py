@@ -68,7 +68,8 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
             row += [_pct(seq and seq["queue_ms"], "p95", 3), _pct(seq and seq["latency_ms"], "p50")]
         for p in bursts:
             d = s.get(p)
-            row.append(f"{d['one_forward']}/{d['bursts']}" if d else "-")
+            # An arm without a joined trace (the reference server) has no forwards to count.
+            row.append(f"{d['one_forward']}/{d['bursts']}" if d and d["joined"] else "-")
         for p in closed:
             d = s.get(p)
             geo = d["throughput"]["geomean"] if d else None
