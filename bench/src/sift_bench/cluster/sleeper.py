@@ -1,6 +1,7 @@
-"""A test-only embedder whose forward sleeps a fixed time (no CPU used), so
-several workers on one small machine do not compete, and whose forward start
-can be seen from outside (a marker file per forward, named by the pid)."""
+"""An embedder whose forward sleeps a fixed time (no CPU used), for the cluster
+tests and measurements: several workers on one small machine do not compete,
+and each forward's start can be seen from outside (a marker file per forward,
+named by the pid)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ class SleeperAdapter(Adapter):
 
 
 def register() -> None:
-    """Make the adapter known to this process's catalog (tests only)."""
+    """Make the adapter known to this process's catalog (tests and measurements only)."""
     from sift_server.registry.adapters import ADAPTERS
 
-    ADAPTERS[SLEEPER_ADAPTER] = "tests.cluster.sleeper:SleeperAdapter"
+    ADAPTERS[SLEEPER_ADAPTER] = "sift_bench.cluster.sleeper:SleeperAdapter"
 
 
 def write_sleeper_entry(catalog_dir: Path, name: str, sleep_ms: float, marker_dir: Path | None = None) -> Path:
