@@ -63,6 +63,7 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
         span = phase["window_end"] - phase["window_start"]
         stats["throughput"] = len(good) * items_per_request / span if span > 0 else 0.0
         stats["server_cores"] = phase.get("server_cores")
+        stats["client_cores"] = phase.get("client_cores")
         lat = stats["latency_ms"]
         stats["tail_ratio"] = percentile(lat, 99) / percentile(lat, 50) if lat else None
         stats["max_ratio"] = max(lat) / percentile(lat, 50) if lat else None
@@ -112,10 +113,12 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         row: dict[str, Any] = {
             "trial": trial,
             "latency_p50_ms": percentile(s["latency_ms"], 50) if s["latency_ms"] else None,
+            "latency_p90_ms": percentile(s["latency_ms"], 90) if s["latency_ms"] else None,
             "latency_p99_ms": percentile(s["latency_ms"], 99) if s["latency_ms"] else None,
+            "latency_max_ms": max(s["latency_ms"]) if s["latency_ms"] else None,
             "queue_p95_ms": percentile(s["queue_ms"], 95) if s["queue_ms"] else None,
         }
-        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "max_ratio", "server_cores"):
+        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "max_ratio", "server_cores", "client_cores"):
             if key in s:
                 row[key] = s[key]
         out["per_trial"].append(row)

@@ -43,12 +43,14 @@ class ArmError(RuntimeError):
 class Arm:
     name: str
     policy: str
-    kind: Literal["policy", "rev", "gateway"] = "policy"
+    kind: Literal["policy", "rev", "gateway", "reference"] = "policy"
     ref: str | None = None
     commit: str | None = None
     folder: Path | None = None
     manifest: dict[str, Any] | None = field(default=None, repr=False)
     backend: str | None = None
+    # A reference arm's server command (None: the reference venv's sie-server).
+    launcher: list[str] | None = None
 
     @property
     def server_args(self) -> list[str]:
@@ -112,6 +114,18 @@ def gateway_arm(name: str) -> Arm:
     if not is_gateway_arm(name):
         raise ArmError(f"not a gateway arm: {name!r} (gateway or gateway:POLICY)")
     return Arm(name=name, policy=name.partition(":")[2] or "adaptive", kind="gateway")
+
+
+REFERENCE_ARM = "reference"
+# What the reference arm runs: the released SIE server, which batches in a timed window.
+REFERENCE_RELEASE = "sie-server==0.10.1"
+
+
+def reference_arm(launcher: list[str] | None = None) -> Arm:
+    """The released SIE server on the bench's model, from its own virtual
+    environment (``sift bench reference-setup``); ``launcher`` replaces its
+    command (tests run a stand-in)."""
+    return Arm(name=REFERENCE_ARM, policy="sie-timed-window", kind="reference", launcher=launcher)
 
 
 # ---- hashing ------------------------------------------------------------

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sift_bench.arms import REFERENCE_ARM, REFERENCE_RELEASE
 from sift_bench.heads import HEADS
 from sift_bench.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
 from sift_bench.server_proc import default_cpus
@@ -48,16 +48,20 @@ def _sizes(text: str) -> tuple[int, ...]:
 def _arm(text: str) -> str:
     from sift_bench.arms import is_backend_arm, is_gateway_arm
 
-    if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text):
+    if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text) or text == REFERENCE_ARM:
         return text
-    raise argparse.ArgumentTypeError(f"not a policy ({', '.join(POLICIES)}), a backend arm nor a gateway arm: {text!r}")
+    raise argparse.ArgumentTypeError(
+        f"not a policy ({', '.join(POLICIES)}), a backend arm, a gateway arm nor {REFERENCE_ARM}: {text!r}"
+    )
 
 
 def _make_arm(name: str) -> Arm:
-    from sift_bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm
+    from sift_bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm, reference_arm
 
     if name in POLICIES:
         return policy_arm(name)
+    if name == REFERENCE_ARM:
+        return reference_arm()
     return gateway_arm(name) if is_gateway_arm(name) else backend_arm(name)
 
 
@@ -67,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help=f"a policy of the current tree ({', '.join(POLICIES)}) or a backend arm "
                       "(torch, onnx, openvino, auto, optionally :PRECISION, e.g. openvino:fp32) "
                       "or gateway[:POLICY] (through nats-server, a gateway and one worker) "
+                      f"or {REFERENCE_ARM} (the released SIE server, {REFERENCE_RELEASE}; "
+                      "set up once with `sift bench reference-setup`) "
                       "(repeatable); default: all three policies unless --rev is given")  # fmt: skip
     arms.add_argument("--rev", action="append", default=[], metavar="REF",
                       help="a git revision, archived and run with --rev-policy (repeatable)")  # fmt: skip
@@ -85,7 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     runs.add_argument("--concurrency", type=_sizes, default=(8, 32), metavar="N,N",
                       help="requests in flight of the closed-loop phases (default 8,32)")  # fmt: skip
     runs.add_argument("--closed-seconds", type=float, help="length of each closed-loop phase (default 15; quick 3)")
-    runs.add_argument("--client", choices=("sdk", "httpx"), default="sdk", help="load generator client")
+    runs.add_argument("--client", choices=("sdk", "httpx", "raw"), default="sdk",
+                      help="load generator client: the SDK, bare httpx, or raw (lean HTTP/1.1, "
+                      "a fraction of a millisecond per request)")  # fmt: skip
     runs.add_argument("--torch-threads", type=int, default=1, help="intra-op threads of each server")
     runs.add_argument("--server-cpus", metavar="LIST",
                       help="taskset CPU list of the servers and the ceiling ('none' to unpin; "
@@ -122,7 +130,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--no-plots", action="store_true")
     out.add_argument("--no-progress", action="store_true", help="no progress bars")
     out.add_argument("--report", type=Path, metavar="RESULTS_JSON",
-                     help="only rebuild report.md, plots and the summary from an existing results.json")  # fmt: skip
+                     help="only rebuild report.md, plots and the summary from an existing results.json "
+                     "(or .json.gz; an archived one rebuilds report.md from its stored analysis)")  # fmt: skip
+
+
+def _reference_setup(args: argparse.Namespace) -> int:
+    from sift_bench.reference.server import reference_venv
+    from sift_bench.reference.setup import SetupError, setup_reference
+
+    target = args.venv or reference_venv()
+    try:
+        setup_reference(target, lambda line: print(f"reference-setup: {line}", file=sys.stderr), python=args.python)
+    except SetupError as exc:
+        print(f"sift bench reference-setup: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_subcommands(parser: argparse.ArgumentParser) -> None:
+    """``sift bench SUBCOMMAND``: tools beside the bench itself (no subcommand: run the bench)."""
+    from sift_bench.cluster.cli import add_cluster
+
+    commands = parser.add_subparsers(dest="bench_command", metavar="{reference-setup,archive,cluster}")
+    setup = commands.add_parser(
+        "reference-setup",
+        help=f"create the reference arm's environment ({REFERENCE_RELEASE}, CPU PyTorch)",
+        description="Create the virtual environment the reference arm runs (once; several minutes).",
+    )
+    setup.add_argument(
+        "--venv",
+        type=Path,
+        help="where (default: $SIFT_BENCH_REFERENCE_VENV or ~/.cache/sift/reference-venv)",
+    )
+    setup.add_argument("--python", help="the interpreter of the environment (default: this one)")
+    setup.set_defaults(handler=_reference_setup)
+    archive = commands.add_parser(
+        "archive",
+        help="slim and gzip results files for the repository (per-request columns dropped)",
+        description="Write RESULTS as NAME.json.gz without per-request columns; `sift bench --report` reads it.",
+    )
+    archive.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="results.json or results.json.gz")
+    archive.add_argument("--remove", action="store_true", help="remove each source file afterwards")
+    archive.set_defaults(handler=_archive)
+    add_cluster(commands)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -130,17 +180,36 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser("bench", help=HELP, description=__doc__)
     add_arguments(parser)
     parser.set_defaults(handler=main)
+    add_subcommands(parser)
     return parser
 
 
 def _rebuild(path: Path, make_plots: bool) -> int:
-    from sift_bench.report import console_summary
+    from sift_bench.archive import is_slim, load_results
+    from sift_bench.report import console_summary, markdown
     from sift_bench.runner import finish
 
-    results = json.loads(path.read_text(encoding="utf-8"))
-    finish(results, path.parent, make_plots=make_plots)
+    results = load_results(path)
+    if is_slim(results):
+        # No per-request columns left: the stored analysis is the report's source.
+        (path.parent / "report.md").write_text(markdown(results), encoding="utf-8")
+    else:
+        finish(results, path.parent, make_plots=make_plots)
     print(console_summary(results))
     print(f"\nreport: {path.parent / 'report.md'}")
+    return 0
+
+
+def _archive(args: argparse.Namespace) -> int:
+    from sift_bench.archive import load_results, write_archive
+
+    for path in args.results:
+        name = path.name.removesuffix(".gz").removesuffix(".json")
+        target = path.parent / f"{name}.json.gz"
+        write_archive(load_results(path), target)
+        print(f"{path} -> {target} ({target.stat().st_size // 1024} KiB)")
+        if args.remove and path != target:
+            path.unlink()
     return 0
 
 
@@ -248,4 +317,8 @@ def run(argv: Sequence[str]) -> int:
     """``sift bench`` with these arguments (for scripts and tests)."""
     parser = argparse.ArgumentParser(prog="sift bench")
     add_arguments(parser)
-    return main(parser.parse_args(argv))
+    parser.set_defaults(handler=main)
+    add_subcommands(parser)
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)

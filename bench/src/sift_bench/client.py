@@ -21,7 +21,7 @@ import numpy as np
 
 from sift_bench.request import ENCODE_DENSE, RequestSpec, check_answer
 
-ClientKind = Literal["sdk", "httpx"]
+ClientKind = Literal["sdk", "httpx", "raw"]
 
 # Under uvicorn's 5 s keep-alive: the client drops an idle connection before the
 # server does, so no request is ever written into a connection being closed.
@@ -114,8 +114,10 @@ class _HookedClient:
         timeout: float,
         http_transport: httpx.AsyncBaseTransport | None = None,
         spec: RequestSpec = ENCODE_DENSE,
+        echo_required: bool = True,
     ) -> None:
         self.model = model
+        self.echo_required = echo_required
         self.dims = dims
         self.spec = spec
         self.exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("exchange", default=None)
@@ -159,7 +161,8 @@ class _HookedClient:
             return Outcome(False, exchange.status, f"{type(exc).__name__}: {exc}", exchange.issued)
         finally:
             self.exchange.reset(token)
-        error = self._refusal() or _check(exchange.status, exchange.echoed, request_id)
+        echoed = exchange.echoed if self.echo_required else request_id
+        error = self._refusal() or _check(exchange.status, echoed, request_id)
         if error is None:
             try:
                 error = check_body()
@@ -272,10 +275,17 @@ def make_transport(
     max_connections: int = 64,
     timeout: float = 120.0,
     spec: RequestSpec = ENCODE_DENSE,
+    echo_required: bool = True,
 ) -> Transport:
-    if kind == "sdk":
-        return SdkTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec)
-    return HttpxTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec)
+    """``echo_required``: an answer must echo the request's X-Request-ID."""
+    if kind == "raw":
+        from sift_bench.raw_client import RawTransport
+
+        return RawTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec,
+                            echo_required=echo_required)  # fmt: skip
+    cls = SdkTransport if kind == "sdk" else HttpxTransport
+    return cls(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec,
+               echo_required=echo_required)  # fmt: skip
 
 
 def fetch_dims(base_url: str, model: str, timeout: float = 10.0) -> int | None:

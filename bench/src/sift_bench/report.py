@@ -68,7 +68,8 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
             row += [_pct(seq and seq["queue_ms"], "p95", 3), _pct(seq and seq["latency_ms"], "p50")]
         for p in bursts:
             d = s.get(p)
-            row.append(f"{d['one_forward']}/{d['bursts']}" if d else "-")
+            # An arm without a joined trace (the reference server) has no forwards to count.
+            row.append(f"{d['one_forward']}/{d['bursts']}" if d and d["joined"] else "-")
         for p in closed:
             d = s.get(p)
             geo = d["throughput"]["geomean"] if d else None
@@ -100,6 +101,31 @@ def ratio_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def _check_text(check: Mapping[str, Any]) -> str:
+    mark = "ok" if check["passed"] else "**no**"
+    return f"{mark} ×{_ratio_text(check)}"
+
+
+def dominance_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per (arm, reference, phase): X / reference per figure and the verdict."""
+    config = results["config"]
+    request = config.get("request") or {}
+    what = request.get("primitive", "encode")
+    headers = ["workload", "primitive", "client", "phase", "arm / reference", "trials",
+               "p50", "p90", "p99", "max", "items/s", "verdict"]  # fmt: skip
+    rows = []
+    for v in results.get("dominance", []):
+        checks = {c["stat"]: c for c in v["checks"]}
+        cells = [_check_text(checks[s]) if s in checks else "-" for s in ("p50", "p90", "p99", "max", "throughput")]
+        if not checks:
+            word = "no paired trials"
+        else:
+            word = "dominates" if v["dominates"] else "does not dominate (" + ", ".join(v["failed"]) + ")"
+        rows.append([config.get("workload", "?"), what, config["client"], v["phase"],
+                     f"{v['arm']} / {v['reference']}", str(len(v["trials"])), *cells, word])  # fmt: skip
+    return headers, rows
+
+
 def target_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["arm", "target", "rule", "value", "status"]
     rows = [
@@ -126,6 +152,10 @@ def console_summary(results: Mapping[str, Any]) -> str:
     headers, rows = ratio_rows(results)
     if rows:
         out += ["", "throughput ratios (geometric mean over paired trials):", text_table(headers, rows)]
+    headers, rows = dominance_rows(results)
+    if rows:
+        out += ["", "against the reference (X / reference, geometric mean [95% CI] over paired trials):",
+                text_table(headers, rows)]  # fmt: skip
     headers, rows = target_rows(results)
     if rows:
         out += ["", "targets (validity is separate: invalid runs are excluded):", text_table(headers, rows)]
@@ -216,17 +246,21 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
             tails = ", ".join(_f(r.get("tail_ratio"), 2) for r in d["per_trial"])
             maxima = ", ".join(_f(r.get("max_ratio"), 2) for r in d["per_trial"])
             cores = ", ".join(_f(r.get("server_cores"), 2) for r in d["per_trial"])
+            client = ", ".join(_f(r.get("client_cores"), 2) for r in d["per_trial"])
             passed = d.get("passed_over") or {}
             trow.append([
-                arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, cores, tails, maxima,
+                arm, _f(d["throughput"]["geomean"], 1), _f(d["throughput"]["median"], 1), per, cores, client, tails,
+                maxima,
                 _pct(passed, "p99", 0), _pct(passed, "max", 0),
             ])  # fmt: skip
-        headers = ["arm", "items/s geomean", "median", "per trial", "server cores per trial", "p99/p50 per trial",
+        headers = ["arm", "items/s geomean", "median", "per trial", "server cores per trial",
+                   "client cores per trial", "p99/p50 per trial",
                    "max/p50 per trial", "passed over p99", "passed over max"]  # fmt: skip
         out += [
             md_table(headers, trow),
             "",
-            "Server cores: the server's CPU time over wall time in the phase. Passed over: forwards that started "
+            "Server cores: the server's CPU time over wall time in the phase; client cores: the load generator's. "
+            "Passed over: forwards that started "
             "after a request was admitted and before its own (0 or 1 in a fair queue; starvation makes it grow).",
             "",
         ]
@@ -248,6 +282,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"{plan['warmup_closed_s']} s closed loop; not counted), sequential {plan['sequential']}, "
         f"{plan['bursts']} bursts of each of {plan['burst_sizes']} after {plan['burst_gap_s'] * 1000:.0f} ms idle, "
         f"closed loop at {plan['concurrencies']} in flight for {plan['closed_seconds']} s each",
+        f"- command: `{' '.join(meta.get('command_line') or ['?'])}`",
         f"- started {meta['started']}, finished {meta.get('finished', '?')}, host `{meta['host']}`, "
         f"Python {meta['python']}, SDK {meta.get('sift_sdk')}",
         "",
@@ -295,6 +330,14 @@ def markdown(results: Mapping[str, Any]) -> str:
         "",
         md_table(*target_rows(results)),
         "",
+        "## Against the reference",
+        "",
+        "Each figure is X / reference, the geometric mean of per-trial ratios (paired by trial) with a 95 % "
+        "t-interval. A latency figure passes (`ok`) when the interval's low end is ≤ 1, throughput when its "
+        "high end is ≥ 1 (with one trial, the ratio itself); X dominates when every figure passes.",
+        "",
+        md_table(*dominance_rows(results)) if results.get("dominance") else "No reference arm in this run.",
+        "",
         "## Throughput ratios",
         "",
         "Paired by trial; geometric mean of per-trial ratios with a 95 % t-interval on the log ratios "
@@ -334,7 +377,10 @@ def markdown(results: Mapping[str, Any]) -> str:
         "![throughput](throughput.png)",
         "",
         "Raw per-request columns (client send/receive, server arrival/admission/decision/forward times, forward "
-        "ids and sizes) are in `results.json`; server logs in `logs/`, traces in `traces/`.",
+        "ids and sizes) are in `results.json`; server logs in `logs/`, traces in `traces/`."
+        if not results.get("slim")
+        else "Archived results (`results.json.gz`): per-request columns, logs and traces are not kept; the command "
+        "line above regenerates them.",
         "",
     ]
     return "\n".join(lines)

@@ -33,12 +33,14 @@ from sift_bench.arms import (
 from sift_bench.ceiling import GRID, run_ceiling
 from sift_bench.client import ClientKind, fetch_dims, make_transport
 from sift_bench.cluster_server import ClusterServer
+from sift_bench.dominance import verdicts
 from sift_bench.join import JoinResult, burst_pattern, join_requests
 from sift_bench.ordering import trial_orders
 from sift_bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
+from sift_bench.reference.server import ReferenceServer
 from sift_bench.request import RequestSpec
 from sift_bench.server_cpu import CpuSampler
-from sift_bench.server_proc import ServerProcess, ServerSpec, ServerStartError
+from sift_bench.server_proc import ArmServer, ServerProcess, ServerSpec, ServerStartError
 from sift_bench.targets import evaluate
 from sift_bench.workload import Workload, texts_for
 from sift_server.config import DEFAULT_MODEL
@@ -238,8 +240,16 @@ def run_one(
         extra_args=arm.server_args,
     )
     # A gateway arm: the same phases through nats-server, a gateway and one worker.
-    server = ClusterServer(spec) if arm.kind == "gateway" else ServerProcess(spec)
+    server: ArmServer
+    if arm.kind == "gateway":
+        server = ClusterServer(spec)
+    elif arm.kind == "reference":
+        server = ReferenceServer(spec, launcher=arm.launcher) if arm.launcher else ReferenceServer(spec)
+    else:
+        server = ServerProcess(spec)
     sampler: CpuSampler | None = None
+    # The load generator's own CPU use: a lean client leaves the server's figures its own.
+    client_sampler = CpuSampler(os.getpid()).start()
     warm: list[PhaseResult] = []
     measured: list[PhaseResult] = []
     texts = texts_for(config.workload, seed=config.seed)
@@ -261,6 +271,8 @@ def run_one(
                 config.client, server.url, config.model, dims,
                 max_connections=max((*config.plan.burst_sizes, *config.plan.concurrencies, 1)) * 2,
                 spec=config.request,
+                # The reference server does not echo X-Request-ID (nor write a trace to join).
+                echo_required=arm.kind != "reference",
             )  # fmt: skip
             ctx = PhaseContext(
                 transport, texts, tag, items_per_request=config.items_per_request, progress=progress.tick
@@ -284,6 +296,7 @@ def run_one(
     finally:
         if sampler is not None:
             sampler.stop()
+        client_sampler.stop()
         server.stop()
         if "server" in run:
             run["server"]["returncode"] = server.returncode
@@ -300,6 +313,7 @@ def run_one(
     for p in measured:
         # Cores the server used during the phase (CPU time / wall time).
         run["phases"][p.name]["server_cores"] = sampler.cores_used(p.start, p.end) if sampler else None
+        run["phases"][p.name]["client_cores"] = client_sampler.cores_used(p.start, p.end)
     problems += _invalid_summary([*warm, *measured])
     expected = config.plan.phase_names()
     if not problems and [p.name for p in measured] != expected:
@@ -359,6 +373,8 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "torch_threads": config.torch_threads,
         "items_per_request": config.items_per_request,
         "seed": config.seed,
+        "workload": config.workload,
+        "request": asdict(config.request),
         "plan": asdict(config.plan),
         "phases": config.plan.phase_names(),
         "ceiling": config.ceiling,
@@ -378,11 +394,15 @@ def finish(results: dict[str, Any], out_dir: Path, *, make_plots: bool = True) -
     """Analysis, targets, and the files (results.json, report.md, PNGs)."""
     analysis = analyze(results)
     results["analysis"] = analysis
+    references = [a["name"] for a in results["arms"] if a["kind"] == "reference"]
+    found = verdicts(analysis["summary"], references, results["config"]["phases"])
+    results["dominance"] = [v.as_dict() for v in found]
     results["targets"] = evaluate(
         analysis,
         results.get("ceiling"),
         results["config"]["phases"],
         int(results["config"].get("items_per_request", 1)),
+        results["dominance"],
     )
     results["files"] = {"results": "results.json", "report": "report.md"}
     if make_plots:
