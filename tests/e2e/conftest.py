@@ -25,7 +25,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_catalog: Path) -> Iter
     """The real default model, plus the tiny model in the catalog (not preloaded)."""
     root = tmp_path_factory.mktemp("server")
     proc = start_server(
-        ["--catalog", str(tiny_catalog), "--trace-file", str(root / "trace.jsonl")],
+        # A long queue timeout: on a loaded 2-core machine the default 30 s can expire behind the
+        # concurrency tests' large blocking requests (queue timeouts are tested on servers of their own).
+        ["--catalog", str(tiny_catalog), "--trace-file", str(root / "trace.jsonl"), "--queue-timeout-s", "120"],
         root / "server.log",
     )
     proc.trace_path = root / "trace.jsonl"  # type: ignore[attr-defined]
