@@ -292,7 +292,9 @@ def markdown(results: Mapping[str, Any]) -> str:
     arow = []
     wt = meta.get("worktree", {})
     for arm in results["arms"]:
-        if arm["kind"] == "rev":
+        if arm["kind"] == "reference":
+            code = "the released SIE server (sie-server 0.10.1, its own environment, CPU, offline), its timed window"
+        elif arm["kind"] == "rev":
             code = f"`{arm['ref']}` = {arm['commit'][:12]} (manifest {arm['manifest_digest'][:12]})"
         else:
             dirty = " + uncommitted changes" if wt.get("dirty") else ""
@@ -367,15 +369,11 @@ def markdown(results: Mapping[str, Any]) -> str:
         ]
     else:
         lines += ["Not measured.", ""]
+    plotted = results.get("files", {}).get("plots")
+    lines += ["## Plots", ""]
+    lines += [f"![{name.removesuffix('.png').replace('_', ' ')}]({name})\n" for name in plotted] if plotted else [
+        "Not drawn (`--no-plots`).", ""]  # fmt: skip
     lines += [
-        "## Plots",
-        "",
-        "![latency CDF](latency_cdf.png)",
-        "",
-        "![forwards per burst](forwards_per_burst.png)",
-        "",
-        "![throughput](throughput.png)",
-        "",
         "Raw per-request columns (client send/receive, server arrival/admission/decision/forward times, forward "
         "ids and sizes) are in `results.json`; server logs in `logs/`, traces in `traces/`."
         if not results.get("slim")
