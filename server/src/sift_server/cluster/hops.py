@@ -7,7 +7,7 @@ own total. The client then sees the whole hop split in four: HTTP to the
 gateway, the queue, the worker, the reply's way back.
 
 With ``SIFT_HOP_STAMPS=1`` in the environment of the gateway and the worker
-(benchmarks only: ``scripts/bench_cluster.py latency --interleave``), each
+(benchmarks only: ``sift bench cluster latency --interleave``), each
 answer also carries ``X-Sift-Stamps``: the monotonic clock (``time.perf_counter``,
 the same clock for every process of one machine) at each stage of the hop, so a
 benchmark on one machine can place every fraction of a millisecond.

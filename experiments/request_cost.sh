@@ -1,8 +1,8 @@
 #!/bin/bash
 # A/B of the server's own cost per request (issue 20): a tiny 2-layer BERT embedder (hidden 64),
-# the server pinned to CPU 0, scripts/request_cost.py on CPU 1; routes json, msgpack, openai at 8
+# the server pinned to CPU 0, experiments/request_cost.py on CPU 1; routes json, msgpack, openai at 8
 # and 32 in flight; arms alternate (A B A B ...).
-# Usage: flock -x /tmp/sift-cpu.lock scripts/request_cost.sh OLD_TREE NEW_TREE [ROUNDS] [SECONDS]
+# Usage: flock -x /tmp/sift-cpu.lock experiments/request_cost.sh OLD_TREE NEW_TREE [ROUNDS] [SECONDS]
 # Each tree is a Sift checkout; its server runs with PYTHONPATH=TREE/server/src (the venv of this one).
 set -u
 cd "$(dirname "$0")/.."
@@ -28,10 +28,10 @@ for round in $(seq 1 "$ROUNDS"); do
       > "$WORK/server-$arm.log" 2>&1) &
     SPID=$!
     for i in $(seq 1 600); do curl -sf localhost:$PORT/readyz >/dev/null && break; sleep 0.1; done
-    .venv/bin/python scripts/request_cost.py http://127.0.0.1:$PORT tiny/embedder json 8 2 > /dev/null
+    .venv/bin/python experiments/request_cost.py http://127.0.0.1:$PORT tiny/embedder json 8 2 > /dev/null
     for route in json msgpack openai; do
       for n in 8 32; do
-        echo "round=$round arm=$arm $(.venv/bin/python scripts/request_cost.py http://127.0.0.1:$PORT tiny/embedder $route $n "$SECS")"
+        echo "round=$round arm=$arm $(.venv/bin/python experiments/request_cost.py http://127.0.0.1:$PORT tiny/embedder $route $n "$SECS")"
       done
     done
     kill $SPID; wait $SPID 2>/dev/null

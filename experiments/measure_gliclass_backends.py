@@ -1,7 +1,7 @@
 """Measure the ``gliclass`` adapter on each backend (docs/benchmarks/backends.md, GLiClass).
 
-    python scripts/measure_gliclass_backends.py inprocess --root DIR [--rounds 5] [--batch 8] [--texts 256]
-    python scripts/measure_gliclass_backends.py auto --root DIR [--rechoose]
+    python experiments/measure_gliclass_backends.py inprocess --root DIR [--rounds 5] [--batch 8] [--texts 256]
+    python experiments/measure_gliclass_backends.py auto --root DIR [--rechoose]
 
 The model is the bench's MiniLM-sized GLiClass head (``sift bench --head
 gliclass``: a uni-encoder GLiClass on the packaged all-MiniLM-L6-v2, built under

@@ -17,7 +17,8 @@ import time
 
 import msgpack
 import uvloop
-from raw_http import RawConnection  # scripts/, beside this file
+
+from sift_bench.raw_http import RawConnection
 
 WORDS = [
     "the",

@@ -3,7 +3,7 @@ the arithmetic): the packaged all-MiniLM-L6-v2 on one backend, each text of the
 bench's mixed workload run alone, then in batches of ``--batch`` texts drawn at
 random (so padded to other lengths, next to other rows), ``--rounds`` times.
 
-    python scripts/measure_composition_drift.py [--backend torch] [--precision fp32] [--threads 1]
+    python experiments/measure_composition_drift.py [--backend torch] [--precision fp32] [--threads 1]
 
 Prints the largest absolute difference of one vector component and the smallest
 cosine between a text's vector alone and in a batch. Runs offline.
