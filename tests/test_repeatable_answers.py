@@ -9,8 +9,8 @@ below). It is the engine's cut of a batch into sub-forwards of similar length
 scheduler learns from measured (wall-clock) forward times, so the same four texts
 ran as one forward, then as (3 + 1), then as (1) + (2) + (1) as the estimate moved,
 and each cut pads the rows differently, which changes the arithmetic in the last
-bits. The engine-level test is marked xfail until the cut stops depending on
-timing (engine is another engineer's area; see the report)."""
+bits. The scheduler therefore cuts by a fixed cost frozen at load (the seeded
+calibration curve), never by one learned from timed forwards."""
 
 from __future__ import annotations
 
@@ -98,11 +98,6 @@ def cut_of(scheduler: Scheduler, costs: list[int], now: float) -> list[list[int]
     return [[costs[i] for _, i in chunk] for chunk in batch.chunks] or [costs]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine.scheduler.take cuts a batch by a fixed cost learned from measured forward times "
-    "(the engine owner's change: cut by a fixed cost frozen at load)",
-)
 def test_the_same_request_is_cut_the_same_way_whatever_forwards_took() -> None:
     """Identical requests must run in identical sub-forwards, or their rows are padded
     differently and the answers differ in the last bits: forward times measured

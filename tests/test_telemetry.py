@@ -200,3 +200,38 @@ async def test_a_forwarded_request_continues_the_gateways_trace(catalog: Path) -
     [request] = [s for s in memory.get_finished_spans() if s.name == "POST /v1/encode/{model}"]
     assert request.context.trace_id == gateway.context.trace_id
     assert request.parent is not None and request.parent.span_id == gateway.context.span_id
+
+
+async def test_a_queued_message_continues_the_gateways_trace_in_the_worker(catalog: Path) -> None:
+    """The cluster worker calls the serving core directly (no ASGI app): its span per
+    message continues the trace in the message's headers, and the forward that carried
+    the request links to that span."""
+    from sift_server.cluster.worker import call_core
+
+    memory = InMemorySpanExporter()
+    traced = tracing.configure(exporter=memory)
+    assert traced is not None
+    config = Settings(default_model=TINY_EMBEDDER, catalog=[catalog], torch_threads=1, calibrate=False)
+    state = build_state(config, catalog=Catalog.from_dirs([catalog], include_shipped=False))
+    await state.registry.load_now(TINY_EMBEDDER)
+    try:
+        with traced.tracer.start_as_current_span("POST /v1/encode/{model} (gateway)") as gateway:
+            headers = [("x-request-id", "queued-1"), *propagation.context_headers()]
+        headers.append(("content-type", "application/json"))
+        reply = await call_core(
+            state,
+            f"/v1/encode/{TINY_EMBEDDER}",
+            headers,
+            b'{"items": [{"text": "a"}]}',
+            ingress=None,
+            deadline=float("inf"),
+        )
+        assert reply.status == 200
+    finally:
+        await state.registry.close(1.0)
+    spans = memory.get_finished_spans()
+    [message] = [s for s in spans if s.name == f"POST /v1/encode/{TINY_EMBEDDER}"]
+    assert message.context.trace_id == gateway.context.trace_id
+    assert message.parent is not None and message.parent.span_id == gateway.context.span_id
+    forwards = [s for s in spans if any(link.context.span_id == message.context.span_id for link in s.links)]
+    assert len(forwards) == 1

@@ -37,6 +37,8 @@ from sift_server.core.serve import request_id_of
 from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
 from sift_server.service.common import split_profile
+from sift_server.telemetry import propagation
+from sift_server.telemetry.asgi import TraceRequests
 from sift_server.wire.codec import decode_body
 from sift_server.wire.negotiation import request_format
 
@@ -66,6 +68,7 @@ def _forwarded(request: Request, request_id: str) -> list[tuple[str, str]]:
     raw: list[tuple[bytes, bytes]] = request.scope["headers"]
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw if k in _FORWARDED_RAW]
     headers.append(("x-request-id", request_id))
+    headers.extend(propagation.context_headers())  # the trace continues in the worker
     return headers
 
 
@@ -199,6 +202,7 @@ def create_gateway_app(state: ServerState, options: GatewayOptions) -> FastAPI:
         app.include_router(module_router)
     app.add_middleware(GatewayNativeRoutes)  # innermost: inside the front door's checks
     install_front_door(app, state, answer_native=False)
+    app.add_middleware(TraceRequests)  # outermost: a request's span covers every layer
     return app
 
 

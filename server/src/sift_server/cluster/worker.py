@@ -60,6 +60,7 @@ from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.worker import ModelWorker
 from sift_server.errors import RequestCancelled, RouteNotFound, ShuttingDown, SiftError
 from sift_server.server import arm_exit_watchdog, hard_exit
+from sift_server.telemetry import propagation
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +117,15 @@ async def call_core(
     async def gone() -> None:
         await asyncio.sleep(max(0.0, deadline - time.time()))
 
-    call = Call(endpoint, model, {k.lower(): v for k, v in headers}, body, ingress=ingress, disconnected=gone)
-    try:
-        reply = await handle(state, call)
-    except (RequestCancelled, ShuttingDown):
-        raise
-    except SiftError as error:
-        reply = error_reply(state, endpoint, error)
+    lowered = {k.lower(): v for k, v in headers}
+    call = Call(endpoint, model, lowered, body, ingress=ingress, disconnected=gone)
+    with propagation.message_span(f"POST {path}", lowered, **{"sift.model": model}):
+        try:
+            reply = await handle(state, call)
+        except (RequestCancelled, ShuttingDown):
+            raise
+        except SiftError as error:
+            reply = error_reply(state, endpoint, error)
     return _work_reply(reply)
 
 

@@ -133,6 +133,10 @@ class Scheduler:
         )
         self.waves = ReturnModel(horizon=config.return_horizon)
         self.costs = ForwardCost()
+        # The fixed cost the cut by length uses: taken from the seeded curve only and
+        # then frozen, so that the same batch is cut the same way however long the
+        # forwards took (a different cut pads differently and changes the last bits).
+        self._cut_fixed_tokens: float | None = None
         self.queues: dict[str, BatchQueue] = {}
         self._lane_of: dict[str, str] = {}
         self.running: Batch | None = None
@@ -238,6 +242,7 @@ class Scheduler:
         """Forward times measured outside serving (tokens, seconds), e.g. after load."""
         for tokens, seconds in points:
             self.costs.observe(tokens, seconds)
+        self._cut_fixed_tokens = self.costs.fixed_tokens
 
     # ---- deciding --------------------------------------------------------
 
@@ -323,7 +328,7 @@ class Scheduler:
         slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
-        fixed_tokens = self.costs.fixed_tokens if self.config.sub_forwards else None
+        fixed_tokens = self._cut_fixed_tokens if self.config.sub_forwards else None
         chunks = [[items[j] for j in group] for group in padding.plan(costs, fixed_tokens)]
         batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, self.whole_waves)
         self.running = batch

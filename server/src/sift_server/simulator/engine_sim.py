@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import Decision, Dispatch, Idle, SchedulerState, WaitUntil
@@ -44,6 +44,7 @@ PendingTime = Literal["arrival", "admission"]
 DEFAULT_LANE = "default"
 
 
+@runtime_checkable
 class ForwardModel(Protocol):
     """Seconds of one forward, given each item's cost (tokens)."""
 
@@ -178,6 +179,10 @@ class EngineSim:
         if caps is not None:
             config = replace(config, caps=caps)
         self.scheduler = Scheduler(policy, config, queue_factory=queue_factory)
+        if isinstance(forward, ForwardModel):
+            # As the server's calibration after load: the cut by length uses only a seeded cost.
+            tokens = int(getattr(forward, "typical_tokens", 32))
+            self.scheduler.seed_costs([(n * tokens, forward.batch_seconds([tokens] * n)) for n in (1, 4, 16, 64)])
         self.caps = config.caps
         self.pending_time: PendingTime = pending_time
         self.wake_on_header = wake_on_header

@@ -3,10 +3,9 @@ request's trace continues from the gateway into the worker that runs it.
 
 The gateway adds ``context_headers()`` to the HTTP headers it forwards in a work
 message, while that request's span is current (inside the ``TraceRequests``
-layer). The worker runs the message through ``create_app``'s ASGI app, whose
-``TraceRequests`` layer continues the trace from those headers: nothing more is
-needed there. ``inject`` / ``extract`` / ``request_span`` serve any other
-message path (a span per message, child of the context in its headers)."""
+layer). The worker calls the serving core directly (no ASGI app), inside
+``message_span``: a span per message, child of the context in its headers, and
+registered by request id so the forward that carries it links to it."""
 
 from __future__ import annotations
 
@@ -56,3 +55,21 @@ def request_span(name: str, headers: Mapping[str, str] | None, **attributes: Any
         name, context=extract(headers), kind=SpanKind.CONSUMER, attributes=attributes
     ) as span:
         yield span
+
+
+@contextmanager
+def message_span(name: str, headers: Mapping[str, str], **attributes: Any) -> Iterator[Any]:
+    """``request_span`` for a queued message, open by its ``x-request-id`` while it
+    runs, as ``TraceRequests`` does for an HTTP request (forward spans link to it)."""
+    request_id = headers.get("x-request-id")
+    with request_span(name, headers, **attributes) as span:
+        traced = tracing.current()
+        if span is not None and traced is not None and request_id:
+            with traced.lock:
+                traced.open_requests[request_id] = span
+        try:
+            yield span
+        finally:
+            if span is not None and traced is not None and request_id:
+                with traced.lock:
+                    traced.open_requests.pop(request_id, None)

@@ -1,7 +1,7 @@
 """Latency p50/p90/p99/max, items/s and requests per forward of each closed-loop
 phase of a ``sift bench`` run, per arm and trial, and adaptive / timed per trial.
 
-    .venv/bin/python scripts/closed_loop_distribution.py bench-results/.../results.json
+    .venv/bin/python experiments/closed_loop_distribution.py bench-results/.../results.json
 """
 
 from __future__ import annotations
