@@ -33,9 +33,8 @@ GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 def batches_covering(texts: Sequence[str], size: int) -> list[list[str]]:
     """Batches of ``size`` that together hold every text once (the last one filled
     from the start): a pass over them has the workload's mix of lengths. A sample of
-    a few batches does not: one in twenty mixed texts is a passage, so eight batches
-    of eight held anywhere from none to several and the ceiling moved by 1.6x with
-    the sample."""
+    a few batches does not, and the ceiling then moves with the sample (docs/bench.md,
+    "Ceiling")."""
     count = len(texts)
     return [[texts[(b * size + k) % count] for k in range(size)] for b in range(-(-count // size))]
 

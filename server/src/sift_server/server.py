@@ -68,8 +68,8 @@ def exit_after_drain(exit_fn: Callable[[int], Any] = os._exit) -> None:
     """The process has drained: leave now, without the interpreter's finalization,
     and without waiting for a thread still running (a forward in its executor
     thread, whose requests were answered). Finalization can take longer than what
-    is left of the grace period (modules' and C libraries' teardown: 0.2 s and
-    more seen on the gateway), and the exit watchdog cannot cut it short (daemon
+    is left of the grace period (modules' and C libraries' teardown;
+    docs/architecture.md, "Shutdown"), and the exit watchdog cannot cut it short (daemon
     threads stop running once it starts)."""
     hard_exit("stopped", exit_fn)
 

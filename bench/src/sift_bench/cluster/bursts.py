@@ -44,8 +44,8 @@ async def bursts(
     ``client="raw"`` (default): one kept-alive connection per request of a burst,
     opened before the first burst, and all the burst's requests written in one
     turn of the loop (well under a millisecond). ``"httpx"``: the earlier rounds'
-    client, which on this machine spent 2 to 9 ms of CPU per request and so spread
-    a burst of 32 over about 140 ms before the gateway could see it."""
+    client, whose CPU cost per request spread a burst over a long stretch before
+    the gateway could see it (docs/benchmarks/scaleout.md has the figures)."""
     if client == "httpx":
         async with httpx.AsyncClient(timeout=60, limits=keep_alive(64)) as http:
             for b in range(count):

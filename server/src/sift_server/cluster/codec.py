@@ -1,4 +1,4 @@
-"""The two message bodies: a request (path, the headers the routes read, the
+"""The two message bodies: a request (path, the headers the serving core reads, the
 body) and a reply (status, headers, body). msgpack, a few bytes of framing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-# Request headers carried to the worker (the routes read only these).
+# Request headers carried to the worker (the serving core reads only these).
 FORWARDED_HEADERS = frozenset({"content-type", "accept", "x-request-id", "user-agent"})
 
 

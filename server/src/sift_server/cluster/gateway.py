@@ -62,9 +62,9 @@ _FORWARDED_RAW = frozenset(name.encode("latin-1") for name in FORWARDED_HEADERS 
 
 
 def _forwarded(request: Request, request_id: str) -> list[tuple[str, str]]:
-    """The headers the worker's routes read, straight from the scope (decoding
-    only those): building Starlette's Headers and URL objects for this was about
-    0.07 ms of a lone request's way to its publish on this repository's VM."""
+    """The headers the worker's serving core reads, straight from the scope (decoding
+    only those): building Starlette's Headers and URL objects for them was a
+    visible part of a lone request's way to its publish (docs/benchmarks/scaleout.md)."""
     raw: list[tuple[bytes, bytes]] = request.scope["headers"]
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw if k in _FORWARDED_RAW]
     headers.append(("x-request-id", request_id))

@@ -73,8 +73,7 @@ def holding_limit(explicit: int | None, batch_requests: int | None) -> int:
     """Messages a worker takes for one model at once: the operator's limit, else two
     forwards' worth (the one running and the next), at most DEFAULT_MAX_INFLIGHT.
     More would take messages off the stream that another worker with room could run
-    now: with four workers of a 4-request model holding 64 each, throughput was 3.49x
-    one worker's instead of 3.71x."""
+    now, and scale-out suffers (docs/benchmarks/scaleout.md has the runs)."""
     if explicit is not None:
         return explicit
     if batch_requests is None:

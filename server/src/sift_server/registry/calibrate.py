@@ -58,8 +58,8 @@ def measure(
 
     A curve that falls after its best size caps batches for the server's whole
     life, so the sizes from the best one up are measured once more before it is
-    believed: one slow sample on a shared core (32 items at 720/s where every
-    other start measured 1,250/s) capped a model at 256 tokens a forward."""
+    believed: one slow sample on a shared core would otherwise cap the model's
+    forwards for good (docs/batching.md tells the case)."""
     if "encode" not in adapter.info.tasks:
         return None
     parts: dict[int, list[Part]] = {}

@@ -1,4 +1,4 @@
-"""Serve first, decide in the background (issue 23.5).
+"""Serve first, decide in the background.
 
 A first start with ``backend: auto`` used to export the model to ONNX and
 OpenVINO and time every candidate before the first request was served. Now the

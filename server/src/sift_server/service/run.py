@@ -17,9 +17,8 @@ from sift_server.registry.registry import ModelRecord
 from sift_server.service.timing import Timing
 
 # Requests with at least this many characters to tokenize are prepared in the
-# prep thread (a few milliseconds of tokenizing at most stay on the loop: 8,192
-# characters, a megabyte of text cut for a 256-token model, took 8-11 ms on the
-# probes' pinned core).
+# prep thread, so that at most a few milliseconds of tokenizing stay on the loop
+# (docs/architecture.md, "Keeping the event loop free", has the figures).
 OFFLOAD_CHARS = 4_096
 
 # One prep thread: preparations stay serial, as on the loop, because a fast

@@ -41,8 +41,7 @@ class PaddedForward:
     items * width`` and the width is the batch's longest item (every row is
     padded to it), so mixing one long text into a batch of short ones costs
     what the padding costs. Past ``efficient_tokens`` slots each one costs
-    ``spill`` more per doubling (caches overflow: measured +12 % from 16 to 32
-    short sentences), which is why the server caps batches there under
+    ``spill`` more per doubling (caches overflow), which is why the server caps batches there under
     sustained load (what its calibration finds); None: no such effect."""
 
     a: float
@@ -74,8 +73,7 @@ class PaddedForward:
 
 GPU_LIKE = LinearForward(a=0.008, b=0.00015, name="gpu")
 CPU_LIKE = LinearForward(a=0.0006, b=0.0009, name="cpu")
-# all-MiniLM-L6-v2 on one core of the 2-core VM (calibration: 23 ms for one
-# 16-token sentence, 127 ms for 16, 283 ms for 32: efficient at 16 x 16 tokens).
+# all-MiniLM-L6-v2 on one CPU core, fitted to its calibration curve (docs/batching.md).
 CPU_TEXT = PaddedForward(a=0.016, per_token=0.00044, name="cpu-text", efficient_tokens=256)
 ForwardPreset = LinearForward | PaddedForward
 PRESETS: dict[str, ForwardPreset] = {"gpu": GPU_LIKE, "cpu": CPU_LIKE, "cpu-text": CPU_TEXT}

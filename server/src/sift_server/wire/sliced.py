@@ -1,6 +1,6 @@
 """Decode a large request body in slices, so that no single step holds the event
-loop for long (issue 10: ``/healthz`` answers within a few milliseconds while the
-largest accepted body is decoded).
+loop for long (``/healthz`` answers within a few milliseconds while the largest
+accepted body is decoded).
 
 msgspec decodes in one C call that holds the GIL: a worker thread does not free
 the loop, it only moves the stall. Instead the body is split into its envelope
@@ -33,8 +33,9 @@ SLICE_BYTES = 1 << 20
 # whole.
 SPLIT_WINDOW_BYTES = 8 << 20
 
-# A JSON answer with more items than this is encoded this many items at a time
-# (512 dense vectors of 384 floats took 10-14 ms in one call on the probes' core).
+# A JSON answer with more items than this is encoded this many items at a time:
+# one call for hundreds of dense vectors holds the loop for milliseconds
+# (docs/architecture.md, "Keeping the event loop free").
 ENCODE_SLICE_ITEMS = 64
 
 _max_chars: dict[type[msgspec.Struct], dict[str, int]] = {}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# OpenVINO's CPU plugin keeps compiled kernels per input shape, about 2.7 MB each for
-# MiniLM, in a cache of 5,000 entries by default: with served batches of every
-# (rows, length) that grew RSS by ~3 MB a request for hours. 128 shapes bound it to a
-# few hundred MB and cost nothing measurable on repeated shapes (probes/soak.py).
+# OpenVINO's CPU plugin keeps compiled kernels per input shape in a cache of 5,000
+# entries by default: served batches come in every (rows, length), so RSS grew with
+# every new shape for hours. A small cache bounds it and costs nothing on repeated
+# shapes (figures in docs/architecture.md, "Memory"; probes/soak.py measures it).
 OPENVINO_SHAPE_CACHE = 128
 
 
