@@ -1,21 +1,20 @@
-"""A :class:`Graph`'s torch module to ONNX, with every input axis dynamic."""
+"""A torch module to ONNX, with every input axis dynamic (a ``Graph``'s default export;
+it takes the graph's parts, not the graph, so that this module depends on nothing of the seam)."""
 
 from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sift_server.adapters.backends.seam import Graph
 
-
-def export_onnx(graph: Graph, dest: Path) -> None:
-    """Write ``dest/model.onnx`` from ``graph.module()``."""
+def export_onnx(module: Any, inputs: Sequence[str], output: str, axes: Sequence[Sequence[str]], dest: Path) -> None:
+    """Write ``dest/model.onnx`` from ``module``: ``inputs`` named as given, each with
+    the named (dynamic) ``axes``, one output named ``output``."""
     import torch
 
-    module = graph.module()
-    axes = graph.dynamic_axes()
     names = {name for per_input in axes for name in per_input}
     dims = {name: torch.export.Dim(name) for name in sorted(names)}
     # Traced at a small shape whose sizes differ per axis name (2, 3, 8...), so the
@@ -34,8 +33,8 @@ def export_onnx(graph: Graph, dest: Path) -> None:
                 module,
                 example,
                 str(dest / "model.onnx"),
-                input_names=list(graph.inputs),
-                output_names=[graph.output],
+                input_names=list(inputs),
+                output_names=[output],
                 dynamic_shapes=_dynamic_shapes(module, shapes),
                 dynamo=True,
                 external_data=False,

@@ -55,7 +55,7 @@ class Graph(abc.ABC):
         """Write ``dest/model.onnx`` and whatever else loading it needs."""
         from sift_server.adapters.backends.export import export_onnx
 
-        export_onnx(self, dest)
+        export_onnx(self.module(), self.inputs, self.output, self.dynamic_axes(), dest)
 
     def dynamic_axes(self) -> tuple[tuple[str, ...], ...]:
         """Per input, the names of its axes (all dynamic) and so the example
