@@ -29,7 +29,9 @@ class RawConnection:
         self._writer: asyncio.StreamWriter | None = None
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._reader is None or self._writer is None or self._writer.is_closing():
+        # A server closes idle keep-alive connections: reopen one it has closed rather
+        # than send into it (as client libraries do), or the request fails unsent.
+        if self._reader is None or self._writer is None or self._writer.is_closing() or self._reader.at_eof():
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         return self._reader, self._writer
 
