@@ -9,8 +9,9 @@ below). It is the engine's cut of a batch into sub-forwards of similar length
 scheduler learns from measured (wall-clock) forward times, so the same four texts
 ran as one forward, then as (3 + 1), then as (1) + (2) + (1) as the estimate moved,
 and each cut pads the rows differently, which changes the arithmetic in the last
-bits. The scheduler therefore cuts by a fixed cost frozen at load (the seeded
-calibration curve), never by one learned from timed forwards."""
+bits. The scheduler therefore cuts by a fixed cost frozen once known (the seeded
+calibration curve, else the estimate after the first forwards), never by one that
+follows timed forwards."""
 
 from __future__ import annotations
 
@@ -113,4 +114,30 @@ def test_the_same_request_is_cut_the_same_way_whatever_forwards_took() -> None:
         cuts.append(cut_of(scheduler, costs, now))
         assert scheduler.running is not None
         scheduler.complete(scheduler.running, now, now + took)
+    assert cuts == [cuts[0]] * len(cuts), cuts
+
+
+def test_a_model_without_a_seeded_curve_cuts_once_its_cost_is_known_and_always_the_same_way() -> None:
+    """Extractors have no calibration curve: their batches are not cut until the
+    forward cost is learned over the first forwards, then cut by that estimate,
+    frozen, so later noise in forward times never changes the cut."""
+    from sift_server.engine.scheduler import CUT_WARMUP_FORWARDS
+
+    scheduler = Scheduler(ImmediatePolicy())
+    costs = [9, 17, 3, 14, 60, 5]
+    warmup = [[4], [30, 8], [60, 60, 12], [5, 40], [120]]
+    for step in range(CUT_WARMUP_FORWARDS):
+        now = float(step)
+        cut = cut_of(scheduler, warmup[step % len(warmup)], now)
+        assert len(cut) == 1  # nothing known yet: one forward
+        assert scheduler.running is not None
+        # 2 ms fixed and 50 us a padded token.
+        scheduler.complete(scheduler.running, now, now + 0.002 + 0.00005 * scheduler.running.padded_cost)
+    cuts = []
+    for step, took in enumerate([0.0025, 0.0040, 0.0020, 0.0015, 0.0060, 0.0010]):
+        now = 100.0 + step
+        cuts.append(cut_of(scheduler, costs, now))
+        assert scheduler.running is not None
+        scheduler.complete(scheduler.running, now, now + took)
+    assert len(cuts[0]) > 1, cuts[0]
     assert cuts == [cuts[0]] * len(cuts), cuts

@@ -39,6 +39,11 @@ from sift_server.errors import QueueFull, ShuttingDown
 DEFAULT_LANE = "default"
 
 
+# Forwards an unseeded model runs before its cut by length is fixed (from the cost
+# learned over them); until then batches are not cut.
+CUT_WARMUP_FORWARDS = 16
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     caps: Caps = field(default_factory=Caps)
@@ -133,9 +138,10 @@ class Scheduler:
         )
         self.waves = ReturnModel(horizon=config.return_horizon)
         self.costs = ForwardCost()
-        # The fixed cost the cut by length uses: taken from the seeded curve only and
-        # then frozen, so that the same batch is cut the same way however long the
-        # forwards took (a different cut pads differently and changes the last bits).
+        # The fixed cost the cut by length uses, frozen once known: from the seeded
+        # curve, else the first estimate after CUT_WARMUP_FORWARDS forwards. A cut that
+        # followed the live estimate would cut the same batch differently as forward
+        # times vary, and a different cut pads differently and changes the last bits.
         self._cut_fixed_tokens: float | None = None
         self.queues: dict[str, BatchQueue] = {}
         self._lane_of: dict[str, str] = {}
@@ -355,6 +361,8 @@ class Scheduler:
                 finished.append(rid)
         if ok:
             self.costs.observe(batch.padded_cost, ended - started)
+            if self._cut_fixed_tokens is None and self.forwards_run >= CUT_WARMUP_FORWARDS:
+                self._cut_fixed_tokens = self.costs.fixed_tokens
         self.waves.forward_ended(ended, self._answered_at_end(batch, finished))
         return Completion(finished, failed)
 
