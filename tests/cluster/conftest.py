@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+import pytest
 
 from sift_server.cluster import local
 from sift_server.cluster.local import LocalCluster, start_local_cluster
@@ -81,3 +82,22 @@ def metric(url: str, name: str, headers: dict[str, str] | None = None) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+class SleeperPaths:
+    """A module's sleeper catalog and the folder its forwards leave markers in."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.catalog = root / "catalog"
+        self.markers = root / "markers"
+
+
+def sleeper_paths(factory: pytest.TempPathFactory, name: str, forwards_ms: dict[str, int]) -> SleeperPaths:
+    """A catalog of sleeper models (name -> forward milliseconds) in a new folder."""
+    from tests.cluster.sleeper import write_sleeper_entry
+
+    paths = SleeperPaths(factory.mktemp(name))
+    for model, milliseconds in forwards_ms.items():
+        write_sleeper_entry(paths.catalog, model, milliseconds, marker_dir=paths.markers)
+    return paths

@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import nats
@@ -28,26 +27,25 @@ from sift_server.cluster.subjects import (
     work_subject,
 )
 from sift_server.processes import SiftProcess, free_port, spawn, wait_port
-from tests.cluster.conftest import LAUNCHER, add_worker, metric, post, start_cluster, wait_for, wait_workers
-from tests.cluster.sleeper import write_sleeper_entry
+from tests.cluster.conftest import (
+    LAUNCHER,
+    add_worker,
+    metric,
+    post,
+    sleeper_paths,
+    start_cluster,
+    wait_for,
+    wait_workers,
+)
+from tests.cluster.conftest import SleeperPaths as Paths
 
 SLOW = "test/slow"
 SLOWER = "test/slower"
 
 
-class Paths:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.catalog = root / "catalog"
-        self.markers = root / "markers"
-
-
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
-    paths = Paths(tmp_path_factory.mktemp("delivery"))
-    write_sleeper_entry(paths.catalog, SLOW, 1500, marker_dir=paths.markers)
-    write_sleeper_entry(paths.catalog, SLOWER, 4000, marker_dir=paths.markers)
-    return paths
+    return sleeper_paths(tmp_path_factory, "delivery", {SLOW: 1500, SLOWER: 4000})
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
 from sift_server.cluster.local import LocalCluster
 from sift_server.processes import SiftProcess
-from tests.cluster.conftest import add_worker, metric, post, start_cluster, wait_for, wait_workers
-from tests.cluster.sleeper import write_sleeper_entry
+from tests.cluster.conftest import SleeperPaths as Paths
+from tests.cluster.conftest import add_worker, metric, post, sleeper_paths, start_cluster, wait_for, wait_workers
 
 BUSY = "test/busy"  # 300 ms forwards: many in flight, a kill lands mid-forward
 LONG = "test/long"  # 4.5 s forwards: longer than the 3 s ack wait
@@ -31,19 +30,9 @@ CLIENTS = 16
 ANSWER_WITHIN_S = 5.0
 
 
-class Paths:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.catalog = root / "catalog"
-        self.markers = root / "markers"
-
-
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
-    paths = Paths(tmp_path_factory.mktemp("failover"))
-    write_sleeper_entry(paths.catalog, BUSY, 300, marker_dir=paths.markers)
-    write_sleeper_entry(paths.catalog, LONG, 4500, marker_dir=paths.markers)
-    return paths
+    return sleeper_paths(tmp_path_factory, "failover", {BUSY: 300, LONG: 4500})
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ import pytest
 
 from sift_server.cluster.local import LocalCluster
 from sift_server.processes import SiftProcess, free_port, spawn, wait_port
-from tests.cluster.conftest import LAUNCHER, add_worker, post, start_cluster, wait_for, wait_workers
-from tests.cluster.sleeper import write_sleeper_entry
+from tests.cluster.conftest import LAUNCHER, add_worker, post, sleeper_paths, start_cluster, wait_for, wait_workers
+from tests.cluster.conftest import SleeperPaths as Paths
 
 MODEL = "test/stuck"
 GRACE_S = 1.0
@@ -29,18 +29,9 @@ BOUND_S = GRACE_S + 0.5
 IN_FLIGHT = 32
 
 
-class Paths:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.catalog = root / "catalog"
-        self.markers = root / "markers"
-
-
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
-    paths = Paths(tmp_path_factory.mktemp("shutdown"))
-    write_sleeper_entry(paths.catalog, MODEL, 30_000, marker_dir=paths.markers)
-    return paths
+    return sleeper_paths(tmp_path_factory, "shutdown", {MODEL: 30_000})
 
 
 @pytest.fixture(scope="module")
