@@ -73,10 +73,15 @@ def new_request_id() -> str:
     return f"{_id_prefix}{next(_id_counter) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
+def usable_request_id(given: str) -> bool:
+    """A client's X-Request-ID is kept when it is short and printable."""
+    return 0 < len(given) <= 128 and given.isprintable()
+
+
 def request_id_of(headers: Mapping[str, str]) -> str:
-    """The client's X-Request-ID when it is short and printable, else a new one."""
+    """The client's X-Request-ID when it is usable, else a new one."""
     given = headers.get("x-request-id")
-    if given and len(given) <= 128 and given.isprintable():
+    if given is not None and usable_request_id(given):
         return given
     return new_request_id()
 

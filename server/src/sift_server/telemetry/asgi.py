@@ -12,35 +12,30 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sift_server.core.endpoints import native_route
+from sift_server.core.serve import new_request_id, usable_request_id
 from sift_server.telemetry import tracing
 
 UNTRACED = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
-_ROUTES = ("/v1/encode/", "/v1/score/", "/v1/extract/")
 REQUEST_ID_HEADER = b"x-request-id"
 
 
 def route_of(path: str) -> tuple[str, str | None]:
     """The route template and the model a path names (None where it names none)."""
-    for prefix in _ROUTES:
-        if path.startswith(prefix) and len(path) > len(prefix):
-            return prefix + "{model}", path[len(prefix) :]
+    target = native_route(path)
+    if target is not None and target[1]:
+        return target[0].path + "{model}", target[1]
     return path, None
-
-
-def _usable_id(value: bytes) -> bool:
-    # As the API accepts a client's id: short and printable.
-    return 0 < len(value) <= 128 and value.decode("latin-1").isprintable()
 
 
 def with_request_id(scope: Scope) -> tuple[Scope, str]:
     """``scope`` with an X-Request-ID header (the client's if usable, else a new one)."""
-    from sift_server.core.serve import new_request_id
-
     headers = list(scope.get("headers", ()))
     for index, (name, value) in enumerate(headers):
         if name == REQUEST_ID_HEADER:
-            if _usable_id(value):
-                return scope, value.decode("latin-1")
+            given = value.decode("latin-1")
+            if usable_request_id(given):
+                return scope, given
             del headers[index]
             break
     request_id = new_request_id()
