@@ -20,7 +20,6 @@ from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import ForwardPreset
-from sift_server.simulator.old_rules import CostOrderQueue
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 
 OLD_RULES = "adaptive-old"
@@ -45,6 +44,11 @@ class Arm:
 def make_arm(name: str, **policy_options: float) -> Arm:
     """An arm by name (``ARMS``); options go to ``make_policy``."""
     if name == OLD_RULES:
+        # Imported here: registering ``sift simulate`` must not need this tree's
+        # simulator, or an older revision's ``sift serve`` (a ``--rev`` arm, which
+        # loads the installed commands) cannot start.
+        from sift_server.simulator.old_rules import CostOrderQueue
+
         return Arm(name, lambda: make_policy("adaptive", **policy_options), queue=CostOrderQueue, wave_hold=False)
     if name == WHOLE_TIMED:
         return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
