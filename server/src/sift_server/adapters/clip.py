@@ -82,6 +82,35 @@ def _features(output: Any) -> torch.Tensor:
     return pooled
 
 
+def _load_clip(ctx: LoadContext) -> tuple[Any, Any, int, int]:
+    """Model, processor, dense width (the projection) and text limit (the tokenizer's, 77)."""
+    import torch
+    from transformers import CLIPModel, CLIPProcessor
+
+    processor: Any = CLIPProcessor.from_pretrained(ctx.path, local_files_only=True)
+    model: Any = CLIPModel.from_pretrained(ctx.path, local_files_only=True, dtype=torch.float32)
+    return (
+        model,
+        processor,
+        int(model.config.projection_dim),
+        tokenizer_limit(processor.tokenizer, ctx.max_sequence_length),
+    )
+
+
+def _load_siglip(ctx: LoadContext) -> tuple[Any, Any, int, int]:
+    """Model, processor, dense width (the vision tower's) and text context
+    (``max_sequence_length``, else 64, within what the text tower reads)."""
+    import torch
+    from transformers import SiglipModel, SiglipProcessor
+
+    # The PIL image processor, as the reference loads it (use_fast=False).
+    processor: Any = SiglipProcessor.from_pretrained(ctx.path, local_files_only=True, use_fast=False)
+    model: Any = SiglipModel.from_pretrained(ctx.path, local_files_only=True, dtype=torch.float32)
+    positions = int(model.config.text_config.max_position_embeddings)
+    length = tokenizer_limit(processor.tokenizer, ctx.max_sequence_length or SIGLIP_TEXT_LENGTH, positions)
+    return model, processor, int(model.config.vision_config.hidden_size), length
+
+
 class ClipAdapter(Adapter):
     def __init__(
         self,
@@ -117,27 +146,10 @@ class ClipAdapter(Adapter):
 
     @classmethod
     def load(cls, ctx: LoadContext) -> ClipAdapter:
-        import torch
-
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
         family = _family(json.loads((ctx.path / "config.json").read_text(encoding="utf-8")))
-        if family == "clip":
-            from transformers import CLIPModel, CLIPProcessor
-
-            processor = CLIPProcessor.from_pretrained(ctx.path, local_files_only=True)
-            model = CLIPModel.from_pretrained(ctx.path, local_files_only=True, dtype=torch.float32)
-            dims = int(model.config.projection_dim)
-            max_length = tokenizer_limit(processor.tokenizer, ctx.max_sequence_length)
-        else:
-            from transformers import SiglipModel, SiglipProcessor
-
-            # The PIL image processor, as the reference loads it (use_fast=False).
-            processor = SiglipProcessor.from_pretrained(ctx.path, local_files_only=True, use_fast=False)
-            model = SiglipModel.from_pretrained(ctx.path, local_files_only=True, dtype=torch.float32)
-            dims = int(model.config.vision_config.hidden_size)
-            positions = int(model.config.text_config.max_position_embeddings)
-            max_length = tokenizer_limit(processor.tokenizer, ctx.max_sequence_length or SIGLIP_TEXT_LENGTH, positions)
+        model, processor, dims, max_length = (_load_clip if family == "clip" else _load_siglip)(ctx)
         model.to(device).eval()
         normalize = bool(ctx.options.get("normalize", True))
         return cls(
@@ -149,8 +161,7 @@ class ClipAdapter(Adapter):
     def _tokens(self, text: str, index: int, task: EncodeTask) -> Tokens:
         if task.overflow == "error" and len(self.tokenizer(text, truncation=False)["input_ids"]) > self.max_length:
             raise InputTooLong(
-                f"Item {index} has more than {self.max_length} tokens "
-                "(use overflow_policy 'truncate' to cut it)."
+                f"Item {index} has more than {self.max_length} tokens (use overflow_policy 'truncate' to cut it)."
             )
         padding: str | bool = "max_length" if self.family == "siglip" else False
         encoded = self.tokenizer(text, truncation=True, max_length=self.max_length, padding=padding)

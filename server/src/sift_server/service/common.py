@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import msgspec
@@ -35,7 +35,7 @@ CHARS_PER_TOKEN_BOUND = 32
 class Limits:
     max_item_bytes: int
     max_items: int
-    images: ImageLimits = ImageLimits()
+    images: ImageLimits = field(default_factory=ImageLimits)
 
 
 def split_profile(model: str) -> tuple[str, str | None]:

@@ -135,12 +135,11 @@ async def encode(
             dense_vectors.append(produced["dense"])
         items_out.append(entry)
     timing.finish(post_start)
-    usage: dict[str, int] = {"input_tokens": prepared.input_tokens}
-    image_count = sum(len(images) for images in raw_images)
-    if image_count:
-        # As the reference meters it: every image received, and no text tokens for an item read as its images.
-        usage["images"] = image_count
-    payload = {"model": model, "items": items_out, "timing": timing.body(), "usage": usage}
+    payload = {"model": model, "items": items_out, "timing": timing.body()}
+    if not raw_images or not all(raw_images):
+        # As the reference reports it: the text tokens read (none for an item read
+        # as its images); no usage at all when every item was read as images.
+        payload["usage"] = {"input_tokens": prepared.input_tokens}
     return EncodeOutcome(payload, timing, dense_vectors, prepared.input_tokens)
 
 

@@ -99,6 +99,7 @@ def check_images(items: Sequence[Item], limits: ImageLimits, field: str = "items
 def decode_image(raw: RawImage, max_pixels: int) -> Image:
     """The image as RGB pixels (alpha dropped, EXIF orientation ignored, as the reference does)."""
     from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
@@ -107,6 +108,8 @@ def decode_image(raw: RawImage, max_pixels: int) -> Image:
             image = PILImage.open(io.BytesIO(raw.data))
     except PILImage.DecompressionBombError:
         raise InvalidInput(f"{raw.where}: the image has too many pixels; the limit is {max_pixels}.") from None
+    except UnidentifiedImageError:
+        raise InvalidInput(f"{raw.where}: the data is not an image in a known format.") from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise InvalidInput(f"{raw.where}: the data is not a decodable image ({_reason(exc)}).") from None
     if image.format not in _PILLOW_FORMATS:
