@@ -31,6 +31,11 @@ INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Adapters that run on PyTorch only (their entries' ``backend`` is not consulted, so
+# ``auto`` has nothing to decide for them).
+TORCH_ONLY = frozenset({"clip"})
+
+
 def adapter_class(name: str) -> type[Adapter]:
     module_name, _, attribute = ADAPTERS[name].partition(":")
     cls: object = getattr(importlib.import_module(module_name), attribute)
