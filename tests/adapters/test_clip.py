@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -323,3 +324,27 @@ def test_clip_entries_serve_on_torch_without_an_auto_decision(tmp_path: Path) ->
     clips = [shipped.get(name) for name in shipped.names() if shipped.get(name).adapter == "clip"]
     assert {spec.name for spec in clips} >= {"openai/clip-vit-base-patch32", "google/siglip-so400m-patch14-384"}
     assert all(spec.source.revision for spec in clips)
+
+
+async def test_a_body_over_a_mebibyte_is_decoded_in_slices_with_its_images(
+    image_models: dict[str, Path], tmp_path: Path
+) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, size=(700, 900, 3), dtype=np.uint8)).save(out, format="PNG")
+    big = out.getvalue()
+    assert len(big) > 1 << 20  # past the sliced decoder's threshold (wire/sliced.py)
+    items = [{"text": TEXTS[0]}, {"images": [{"data": big, "format": "png"}]}]
+    as_json = [{"text": TEXTS[0]}, {"images": [{"data": base64.b64encode(big).decode(), "format": "png"}]}]
+    async with serving(tmp_path, {TINY_CLIP: catalog_text(TINY_CLIP, image_models[TINY_CLIP])}) as client:
+        packed = await post_msgpack(client, TINY_CLIP, items)
+        response = await client.post(
+            f"/v1/encode/{TINY_CLIP}", json={"items": as_json}, headers={"Accept": "application/json"}
+        )
+        small = await post_msgpack(client, TINY_CLIP, items[:1])
+    assert packed.status_code == response.status_code == 200, (packed.text, response.text)
+    vectors = dense(packed)
+    np.testing.assert_allclose(vectors[0], dense(small)[0], atol=1e-6)
+    np.testing.assert_allclose(vectors[1], np.array(response.json()["items"][1]["dense"]["values"]), atol=1e-6)

@@ -194,14 +194,15 @@ class ClipAdapter(Adapter):
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         entries: list[Pixels | Tokens] = [e for part in parts for e in part.prepared.payload[part.start : part.stop]]
+        images = [(i, e) for i, e in enumerate(entries) if isinstance(e, Pixels)]
+        texts = [(i, e) for i, e in enumerate(entries) if isinstance(e, Tokens)]
         vectors: list[np.ndarray | None] = [None] * len(entries)
-        image_at = [i for i, e in enumerate(entries) if isinstance(e, Pixels)]
-        text_at = [i for i, e in enumerate(entries) if isinstance(e, Tokens)]
-        if image_at:
-            for i, vector in zip(image_at, self._images([entries[i] for i in image_at]), strict=True):  # type: ignore[misc]
+        # Each tower runs once over the batch: all its images, then all its texts.
+        if images:
+            for (i, _), vector in zip(images, self._images([e for _, e in images]), strict=True):
                 vectors[i] = vector
-        if text_at:
-            for i, vector in zip(text_at, self._texts([entries[i] for i in text_at]), strict=True):  # type: ignore[misc]
+        if texts:
+            for (i, _), vector in zip(texts, self._texts([e for _, e in texts]), strict=True):
                 vectors[i] = vector
         return split_by_parts(vectors, parts)
 
