@@ -348,3 +348,17 @@ async def test_a_body_over_a_mebibyte_is_decoded_in_slices_with_its_images(
     vectors = dense(packed)
     np.testing.assert_allclose(vectors[0], dense(small)[0], atol=1e-6)
     np.testing.assert_allclose(vectors[1], np.array(response.json()["items"][1]["dense"]["values"]), atol=1e-6)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_text_past_the_context_is_cut_or_refused_by_overflow_policy(
+    image_models: dict[str, Path], model: str
+) -> None:
+    from sift_server.errors import InputTooLong
+
+    adapter = ClipAdapter.load(load_context(image_models[model]))
+    long_text = " ".join([TEXTS[2]] * 20)
+    cut = adapter.prepare(EncodeTask(texts=[long_text]))
+    assert cut.item_costs == [adapter.max_length]
+    with pytest.raises(InputTooLong, match=f"more than {adapter.max_length} tokens"):
+        adapter.prepare(EncodeTask(texts=[long_text], overflow="error"))
