@@ -49,7 +49,7 @@ if [ -x "$py312" ]; then
 fi
 # One resolver pass for everything; torch pinned: left to a resolver, "torch" means a
 # multi-GB CUDA build.
-"${pip_install[@]}" "torch==2.13.0" -e ./sdk -e "./server[extract,rerank,hybrid,lora,onnx,openvino,cluster,otel]" \
+"${pip_install[@]}" "torch==2.13.0" -e ./sdk -e "./server[extract,rerank,hybrid,lora,onnx,openvino,cluster,otel,images]" \
   -e ./bench -r requirements-dev.txt
 for side in "pylate:$pylate_pid" "compat:$compat_pid"; do
   name=${side%%:*} pid=${side#*:}

@@ -24,6 +24,7 @@ from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
 from sift_server.service.common import Limits
+from sift_server.service.images import ImageLimits
 from sift_server.telemetry import tracing
 from sift_server.telemetry.forwards import forward_spans
 
@@ -81,5 +82,11 @@ def build_state(
     )
     metrics.watch_models(registry.model_states)
     tracing.start(settings.otlp_endpoint)
-    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items)
+    images = ImageLimits(
+        per_item=settings.max_images_per_item,
+        per_request=settings.max_images_per_request,
+        max_bytes=settings.max_image_bytes,
+        max_pixels=settings.max_image_pixels,
+    )
+    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items, images=images)
     return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)

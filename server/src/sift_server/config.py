@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # and its connection is closed (slow or stalled clients hold no slot forever).
     body_timeout_s: float = Field(default=60.0, gt=0)
     max_item_bytes: int = 2 * 1024 * 1024
+    # Images of encode items (models that read images): per item, per request,
+    # encoded bytes of one image, decoded pixels of one (checked from its header).
+    max_images_per_item: int = Field(default=16, ge=1)
+    max_images_per_request: int = Field(default=256, ge=1)
+    max_image_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    max_image_pixels: int = Field(default=50_000_000, ge=1)
     shutdown_grace_s: float = 30.0
     # Idle keep-alive connections are closed after this (clients that pool
     # connections longer should keep theirs below it). Always longer than any

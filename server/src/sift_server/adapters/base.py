@@ -10,9 +10,12 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sift_server.forward_io import Part, Prepared
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 __all__ = [
     "Adapter",
@@ -42,6 +45,10 @@ class EncodeTask:
     instruction: str | None = None
     overflow: OverflowPolicy = "truncate"
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Per item, its images decoded to RGB (empty: a text item); only for models
+    # whose ``AdapterInfo.inputs`` has "image". An item with images is encoded
+    # as its images, its text ignored.
+    images: Sequence[Sequence[Image]] = ()
 
 
 @dataclass(frozen=True, slots=True)

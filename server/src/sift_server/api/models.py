@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from sift_server.api.errors import native_error
 from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
-from sift_server.registry.adapters import ENCODE_OUTPUTS
+from sift_server.registry.adapters import ENCODE_OUTPUTS, INPUTS
 from sift_server.registry.registry import ModelRecord
 
 router = APIRouter()
@@ -33,7 +33,7 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
             outputs.extend(_TASK_OUTPUTS[task])
     return {
         "name": spec.name,
-        "inputs": ["text"],
+        "inputs": list(record.adapter.info.inputs if record.adapter else INPUTS.get(spec.adapter, ("text",))),
         "outputs": outputs,
         "dims": dims,
         "loaded": record.state == "loaded",

@@ -13,6 +13,7 @@ ADAPTERS: dict[str, str] = {
     "gliclass": "sift_server.adapters.gliclass_classifier:GliClassAdapter",
     "sparse-encoder": "sift_server.adapters.sparse_encoder:SparseEncoderAdapter",
     "colbert": "sift_server.adapters.colbert:ColbertAdapter",
+    "clip": "sift_server.adapters.clip:ClipAdapter",
 }
 
 # What ``encode`` returns per adapter, known before a model loads (``/v1/models``).
@@ -20,7 +21,19 @@ ENCODE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "sentence-embedder": ("dense",),
     "sparse-encoder": ("sparse",),
     "colbert": ("multivector",),
+    "clip": ("dense",),
 }
+
+
+# What a model of each adapter reads, where not text alone (``/v1/models``).
+INPUTS: dict[str, tuple[str, ...]] = {
+    "clip": ("text", "image"),
+}
+
+
+# Adapters that run on PyTorch only (their entries' ``backend`` is not consulted, so
+# ``auto`` has nothing to decide for them).
+TORCH_ONLY = frozenset({"clip"})
 
 
 def adapter_class(name: str) -> type[Adapter]:

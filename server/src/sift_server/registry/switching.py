@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sift_server.adapters.base import Adapter, LoadContext, Part, Prepared, TaskInput
+from sift_server.registry.adapters import TORCH_ONLY
 from sift_server.registry.catalog import ModelSpec
 from sift_server.registry.loader import backend_override
 
@@ -41,9 +42,9 @@ PENDING = "auto: exporting and timing the candidates in the background; serving 
 
 def decides_in_background(spec: ModelSpec) -> bool:
     """Entries that serve on torch fp32 first: ``auto`` and not overridden by
-    ``SIFT_BACKEND``; an entry with LoRAs runs on torch anyway."""
+    ``SIFT_BACKEND``; an entry with LoRAs, or of a PyTorch-only adapter, runs on torch anyway."""
     backend, _ = backend_override()
-    return backend is None and spec.backend == "auto" and not spec.loras
+    return backend is None and spec.backend == "auto" and not spec.loras and spec.adapter not in TORCH_ONLY
 
 
 def first_spec(spec: ModelSpec) -> ModelSpec:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import msgspec
@@ -13,6 +13,7 @@ from sift_server.adapters.base import OverflowPolicy, Task
 from sift_server.engine.worker import ModelWorker
 from sift_server.errors import InputTooLong, InvalidInput, TaskNotSupported
 from sift_server.registry.registry import ModelRecord, Registry
+from sift_server.service.images import ImageLimits
 from sift_server.wire.schemas import Item
 
 OVERFLOW_POLICIES: dict[str, OverflowPolicy] = {
@@ -34,6 +35,7 @@ CHARS_PER_TOKEN_BOUND = 32
 class Limits:
     max_item_bytes: int
     max_items: int
+    images: ImageLimits = field(default_factory=ImageLimits)
 
 
 def split_profile(model: str) -> tuple[str, str | None]:
@@ -103,10 +105,16 @@ def require_task(record: ModelRecord, task: Task) -> None:
 
 
 def item_texts(
-    items: Sequence[Item] | None, limits: Limits, *, field: str = "items", shared_bytes: int = 0
+    items: Sequence[Item] | None,
+    limits: Limits,
+    *,
+    field: str = "items",
+    shared_bytes: int = 0,
+    images: bool = False,
 ) -> list[str]:
     """The items' texts, checked against the per-item limit; ``shared_bytes`` is what
-    the model reads with every item (instruction, query, labels) and counts too."""
+    the model reads with every item (instruction, query, labels) and counts too.
+    ``images``: the model reads images, so an item with images needs no text."""
     if items is None:
         raise InvalidInput(f"Field '{field}' is required.")
     if not items:
@@ -116,7 +124,10 @@ def item_texts(
             f"The request has {len(items)} items; this server accepts at most {limits.max_items} per request. "
             f"Split the request into batches of {limits.max_items} or fewer."
         )
-    return [item_text(item, index, limits, field=field, shared_bytes=shared_bytes) for index, item in enumerate(items)]
+    return [
+        item_text(item, index, limits, field=field, shared_bytes=shared_bytes, images=images)
+        for index, item in enumerate(items)
+    ]
 
 
 # Text bytes checked between two turns of the event loop (a non-ASCII text is
@@ -125,16 +136,21 @@ CHECK_SLICE_BYTES = 1 << 20
 
 
 async def item_texts_sliced(
-    items: Sequence[Item] | None, limits: Limits, *, field: str = "items", shared_bytes: int = 0
+    items: Sequence[Item] | None,
+    limits: Limits,
+    *,
+    field: str = "items",
+    shared_bytes: int = 0,
+    images: bool = False,
 ) -> list[str]:
     """:func:`item_texts`, giving the event loop a turn after every
     ``CHECK_SLICE_BYTES`` of text, so that 16 items of 2 MB are not one step."""
     if items is None or not items or len(items) > limits.max_items:
-        return item_texts(items, limits, field=field, shared_bytes=shared_bytes)
+        return item_texts(items, limits, field=field, shared_bytes=shared_bytes, images=images)
     texts: list[str] = []
     checked = 0
     for index, item in enumerate(items):
-        text = item_text(item, index, limits, field=field, shared_bytes=shared_bytes)
+        text = item_text(item, index, limits, field=field, shared_bytes=shared_bytes, images=images)
         texts.append(text)
         checked += len(text)
         if checked >= CHECK_SLICE_BYTES:
@@ -153,12 +169,21 @@ def text_bytes(value: str, where: str) -> int:
         raise InvalidInput(f"{where}: the text contains a lone surrogate (invalid Unicode).") from None
 
 
-def item_text(item: Item, index: int, limits: Limits, *, field: str = "items", shared_bytes: int = 0) -> str:
-    if item.text is None:
-        if item.images or item.audio or item.video or item.document:
-            raise InvalidInput(f"{field}[{index}]: this model accepts text only.")
-        raise InvalidInput(f"{field}[{index}]: field 'text' is required.")
-    size = text_bytes(item.text, f"{field}[{index}]")
+def item_text(
+    item: Item, index: int, limits: Limits, *, field: str = "items", shared_bytes: int = 0, images: bool = False
+) -> str:
+    text = item.text
+    if text is None:
+        if images and item.images:
+            text = ""  # the item is encoded as its images
+        elif item.images or item.audio or item.video or item.document:
+            accepts = "text and images" if images else "text only"
+            raise InvalidInput(f"{field}[{index}]: this model accepts {accepts}.")
+        elif images:
+            raise InvalidInput(f"{field}[{index}]: the item needs a 'text' or 'images'.")
+        else:
+            raise InvalidInput(f"{field}[{index}]: field 'text' is required.")
+    size = text_bytes(text, f"{field}[{index}]")
     if item.metadata:
         size += len(msgspec.json.encode(item.metadata))
     if size + shared_bytes > limits.max_item_bytes:
@@ -167,7 +192,7 @@ def item_text(item: Item, index: int, limits: Limits, *, field: str = "items", s
             f"{field}[{index}]: text and metadata are {size} bytes{shared}; "
             f"the limit is {limits.max_item_bytes} bytes (UTF-8)."
         )
-    return item.text
+    return text
 
 
 def shared_bytes(*values: str | None) -> int:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from sift_server.adapters.base import EncodeTask
+from sift_server.adapters.base import EncodeTask, TaskInput
 from sift_server.errors import InvalidInput, UnsupportedField
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
@@ -30,8 +30,9 @@ from sift_server.service.common import (
     shared_bytes,
     string_option,
 )
+from sift_server.service.images import RawImage, check_images, decode_images
 from sift_server.service.quantize import OUTPUT_DTYPES, quantize, quantize_rows
-from sift_server.service.run import Outcome, RequestContext, run_task
+from sift_server.service.run import Completion, Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import EncodeBody
 
@@ -97,7 +98,10 @@ async def encode(
     params = body.params
     options = dict(params.options or {}) if params else {}
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
-    texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction))
+    reads_images = "image" in adapter.info.inputs
+    texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction), images=reads_images)
+    assert body.items is not None
+    raw_images = check_images(body.items, limits.images) if reads_images else []
     check_profile(options, path_profile)
     output_types = _output_types(params.output_types if params else None, options, adapter.info.outputs)
     dtype = _output_dtype(params.output_dtype if params else None, options)
@@ -111,13 +115,15 @@ async def encode(
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record))
+    lane = await lane_of(options, record)
+    outputs, prepared = await run_task(
+        record, worker, task, ctx, timing, lane, _with_images(raw_images, limits.images.max_pixels)
+    )
 
     post_start = time.perf_counter()
     dims = adapter.info.dims
     items_out: list[dict[str, Any]] = []
     dense_vectors: list[np.ndarray] = []
-    assert body.items is not None
     for item, output in zip(body.items, outputs, strict=True):
         produced = {"dense": output} if isinstance(output, np.ndarray) else output
         entry: dict[str, Any] = {}
@@ -129,13 +135,24 @@ async def encode(
             dense_vectors.append(produced["dense"])
         items_out.append(entry)
     timing.finish(post_start)
-    payload = {
-        "model": model,
-        "items": items_out,
-        "timing": timing.body(),
-        "usage": {"input_tokens": prepared.input_tokens},
-    }
+    payload = {"model": model, "items": items_out, "timing": timing.body()}
+    if not raw_images or not all(raw_images):
+        # As the reference reports it: the text tokens read (none for an item read
+        # as its images); no usage at all when every item was read as images.
+        payload["usage"] = {"input_tokens": prepared.input_tokens}
     return EncodeOutcome(payload, timing, dense_vectors, prepared.input_tokens)
+
+
+def _with_images(raw: Sequence[Sequence[RawImage]], max_pixels: int) -> Completion | None:
+    """Decode the request's images in the prep thread, into the task (None: it has none)."""
+    if not any(raw):
+        return None
+
+    def complete(task: TaskInput) -> TaskInput:
+        assert isinstance(task, EncodeTask)
+        return replace(task, images=decode_images(raw, max_pixels))
+
+    return complete
 
 
 def _shape_output(kind: str, value: Any, dtype: str, dims: Mapping[str, int]) -> dict[str, Any]:

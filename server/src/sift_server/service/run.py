@@ -38,15 +38,25 @@ def task_chars(task: TaskInput) -> int:
     return sum(len(text) for text in task.texts) + shared * len(task.texts)
 
 
-async def prepare(adapter: Adapter, task: TaskInput) -> Prepared:
-    """``adapter.prepare`` on the loop when small, else in the prep thread."""
+# Turns a task into the one ``prepare`` reads, in the prep thread (images are decoded there).
+Completion = Callable[[TaskInput], TaskInput]
+
+
+def _complete_and_prepare(adapter: Adapter, task: TaskInput, complete: Completion | None) -> Prepared:
+    return adapter.prepare(complete(task) if complete is not None else task)
+
+
+async def prepare(adapter: Adapter, task: TaskInput, complete: Completion | None = None) -> Prepared:
+    """``adapter.prepare`` on the loop when small, else in the prep thread;
+    always in the prep thread when the task is to be completed first
+    (decoding images never runs on the loop)."""
     global _offloaded
-    if _offloaded == 0 and task_chars(task) < OFFLOAD_CHARS:
+    if complete is None and _offloaded == 0 and task_chars(task) < OFFLOAD_CHARS:
         return adapter.prepare(task)
     _offloaded += 1
     try:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_prep_executor, adapter.prepare, task)
+        return await loop.run_in_executor(_prep_executor, _complete_and_prepare, adapter, task, complete)
     finally:
         _offloaded -= 1
 
@@ -71,11 +81,17 @@ class Outcome:
 
 
 async def run_task(
-    record: ModelRecord, worker: ModelWorker, task: TaskInput, ctx: RequestContext, timing: Timing, lane: str | None
+    record: ModelRecord,
+    worker: ModelWorker,
+    task: TaskInput,
+    ctx: RequestContext,
+    timing: Timing,
+    lane: str | None,
+    complete: Completion | None = None,
 ) -> tuple[list[Any], Prepared]:
     assert record.adapter is not None
     tokenize_start = time.perf_counter()
-    prepared = await prepare(record.adapter, task)
+    prepared = await prepare(record.adapter, task, complete)
     prepared.lane = lane
     timing.tokenization_s = time.perf_counter() - tokenize_start
     ticket = worker.submit(prepared, request_id=ctx.request_id, lane=lane, ingress=ctx.ingress)

@@ -11,11 +11,19 @@ from typing import Any
 import msgspec
 
 
+class ImageInput(msgspec.Struct, omit_defaults=True):
+    """One image of an item: its encoded bytes (msgpack bin, JSON base64) and the
+    format the client declares (jpeg, png, gif, webp, bmp, tiff; optional)."""
+
+    data: bytes
+    format: str | None = None
+
+
 class Item(msgspec.Struct, omit_defaults=True):
     id: str | None = None
     text: str | None = None
     metadata: dict[str, Any] | None = None
-    images: list[Any] | None = None
+    images: list[ImageInput] | None = None
     audio: Any | None = None
     video: Any | None = None
     document: Any | None = None
