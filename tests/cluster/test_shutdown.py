@@ -24,6 +24,9 @@ from tests.cluster.conftest import LAUNCHER, add_worker, post, sleeper_paths, st
 from tests.cluster.conftest import SleeperPaths as Paths
 
 MODEL = "test/stuck"
+# The gateway's test serves a model of its own: the worker test leaves its 32 messages in the
+# queue, and a worker of the same model would spend its first 30 s on one of them.
+GATEWAY_MODEL = "test/stuck-behind-the-gateway"
 GRACE_S = 1.0
 BOUND_S = GRACE_S + 0.5
 IN_FLIGHT = 32
@@ -31,7 +34,7 @@ IN_FLIGHT = 32
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
-    return sleeper_paths(tmp_path_factory, "shutdown", {MODEL: 30_000})
+    return sleeper_paths(tmp_path_factory, "shutdown", {MODEL: 30_000, GATEWAY_MODEL: 30_000})
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +47,18 @@ def cluster(paths: Paths) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
-def model_args(paths: Paths) -> list[str]:
-    return ["--catalog", str(paths.catalog), "--model", MODEL, "--no-calibrate", "--shutdown-grace-s", str(GRACE_S)]
+def model_args(paths: Paths, model: str = MODEL) -> list[str]:
+    return ["--catalog", str(paths.catalog), "--model", model, "--no-calibrate", "--shutdown-grace-s", str(GRACE_S)]
 
 
-def send_in_flight(url: str, answers: list[tuple[int, str]] | None = None) -> list[threading.Thread]:
+def send_in_flight(
+    url: str, answers: list[tuple[int, str]] | None = None, model: str = MODEL
+) -> list[threading.Thread]:
     """32 requests in threads; their (status, error code) in ``answers`` (0: no answer)."""
 
     def one(index: int) -> None:
         try:
-            response = post(url, MODEL, [f"stuck {index}"], timeout=60)
+            response = post(url, model, [f"stuck {index}"], timeout=60)
         except httpx.HTTPError:
             if answers is not None:
                 answers.append((0, "no answer"))
@@ -121,12 +126,12 @@ def test_sift_worker_exits_within_grace_with_messages_in_flight(cluster: LocalCl
 
 
 def test_sift_gateway_exits_within_grace_with_requests_in_flight(cluster: LocalCluster, paths: Paths) -> None:
-    worker = add_worker(cluster, "s-g", model_args(paths))
+    worker = add_worker(cluster, "s-g", model_args(paths, GATEWAY_MODEL))
     try:
-        wait_workers(cluster, MODEL, {"s-g"})
+        wait_workers(cluster, GATEWAY_MODEL, {"s-g"})
         before = markers(paths)
         answers: list[tuple[int, str]] = []
-        threads = send_in_flight(cluster.url, answers)
+        threads = send_in_flight(cluster.url, answers, GATEWAY_MODEL)
         forward_running(paths, before)
         took = exit_seconds(cluster.gateway)
         for thread in threads:
