@@ -13,6 +13,8 @@ ADAPTERS: dict[str, str] = {
     "gliclass": "sift_server.adapters.gliclass_classifier:GliClassAdapter",
     "sparse-encoder": "sift_server.adapters.sparse_encoder:SparseEncoderAdapter",
     "colbert": "sift_server.adapters.colbert:ColbertAdapter",
+    "nli": "sift_server.adapters.nli:NliAdapter",
+    "gliner2": "sift_server.adapters.gliner2_extractor:Gliner2Adapter",
 }
 
 # What ``encode`` returns per adapter, known before a model loads (``/v1/models``).
