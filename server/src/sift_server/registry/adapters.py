@@ -17,6 +17,9 @@ ADAPTERS: dict[str, str] = {
     "gliner2": "sift_server.adapters.gliner2_extractor:Gliner2Adapter",
 }
 
+# Adapters that read ``params.output_schema`` (structured extraction).
+STRUCTURED_EXTRACT: frozenset[str] = frozenset({"gliner2"})
+
 # What ``encode`` returns per adapter, known before a model loads (``/v1/models``).
 ENCODE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "sentence-embedder": ("dense",),
