@@ -13,7 +13,7 @@ import torch
 from sift_server.adapters.base import ExtractTask, Part
 from sift_server.adapters.nli import NliAdapter, NliClasses, hypothesis_template, nli_classes
 from sift_server.errors import InputTooLong, InvalidInput
-from tests.adapters.conftest import load_context
+from tests.adapters.conftest import load_context, serving_one_entry
 from tests.fixtures.tiny_models import NLI_LABELS, build_tiny_nli
 
 TOL = 1e-5
@@ -223,3 +223,25 @@ def test_catalog_options_are_checked_at_load(nli_dir: Path) -> None:
     )
     nli_default = NliAdapter.load(load_context(nli_dir))
     assert classes(run(multi, task)[0][0]) == classes(run(nli_default, explicit)[0][0])
+
+
+async def test_extract_route_end_to_end(nli_dir: Path, tmp_path: Path) -> None:
+    entry = f"adapter: nli\nsource: {{path: {nli_dir}}}\ntasks: [extract]\n"
+    url, json_only = "/v1/extract/tiny/nli", {"Accept": "application/json"}
+    body = {"items": [{"id": "a", "text": TEXTS[0]}], "params": {"labels": LABELS, "options": {"multi_label": True}}}
+    async with serving_one_entry(tmp_path, "tiny/nli", entry) as client:
+        answer = await client.post(url, headers=json_only, json=body)
+        schema = await client.post(
+            url, headers=json_only, json={"items": [{"text": "x"}], "params": {"output_schema": {"type": "object"}}}
+        )
+        template = await client.post(
+            url,
+            headers=json_only,
+            json={"items": [{"text": "x"}], "params": {"labels": LABELS, "options": {"hypothesis_template": "no"}}},
+        )
+    assert answer.status_code == 200, answer.text
+    (item,) = answer.json()["items"]
+    assert item["id"] == "a" and len(item["classifications"]) == len(LABELS)
+    assert answer.json()["usage"]["input_tokens"] > 0
+    assert schema.status_code == 400 and "output_schema" in schema.text
+    assert template.status_code == 400 and template.headers["X-SIE-Error-Code"] == "INVALID_INPUT"
