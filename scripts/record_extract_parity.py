@@ -1,5 +1,5 @@
 """Re-record tests/adapters/parity/extract_reference.json: the released sie-server's
-answers to the NLI and GLiNER2 parity cases on the tiny models, through sie-sdk.
+answers to the NLI, GLiNER2 and bi-encoder GLiNER parity cases on the tiny models, through sie-sdk.
 
     PYTHONPATH=server/src:sdk/src:bench/src:. HF_HUB_OFFLINE=1 \\
         .venv/bin/python scripts/record_extract_parity.py [--venv /tmp/refprobe/venv]
@@ -29,8 +29,8 @@ import yaml
 
 from sift_bench.reference.server import model_loaded
 from sift_server.processes import free_port, spawn, wait_ready
-from tests.adapters.parity.cases import CASES, FIXTURE, GLINER2_MODEL, NLI_MODEL, SCHEMA
-from tests.fixtures.tiny_models import build_tiny_gliner2, build_tiny_nli
+from tests.adapters.parity.cases import CASES, FIXTURE, GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL, SCHEMA
+from tests.fixtures.tiny_models import build_tiny_gliner2, build_tiny_gliner_bi, build_tiny_nli
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "scripts" / "extract_parity_driver.py"
@@ -92,13 +92,21 @@ def main() -> None:
                 "float32",
                 {},
             ),
+            # As the reference's catalog serves bi-encoder GLiNER: label embeddings precomputed.
+            GLINER_BI_MODEL: _config(
+                GLINER_BI_MODEL,
+                build_tiny_gliner_bi(root / "gliner-bi"),
+                "sie_server.adapters.gliner_bi:GLiNERBiAdapter",
+                "float32",
+                {"threshold": 0.3, "precompute_labels": True},
+            ),
         }
         for name, config in configs.items():
             (models / (name.replace("/", "__") + ".yaml")).write_text(yaml.safe_dump(config, sort_keys=False))
         seed = hash_seed(python, list(SCHEMA["properties"]))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        names = f"{NLI_MODEL},{GLINER2_MODEL}"
+        names = ",".join(configs)
         command = [
             str(args.venv / "bin" / "sie-server"), "serve", "--host", "127.0.0.1", "--port", str(port),
             "--device", "cpu", "--models-dir", str(models), "--models", names, "--preload", names,

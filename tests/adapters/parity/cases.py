@@ -9,6 +9,7 @@ from typing import Any
 
 NLI_MODEL = "tiny/nli"
 GLINER2_MODEL = "tiny/gliner2"
+GLINER_BI_MODEL = "tiny/gliner-bi"
 FIXTURE = "extract_reference.json"
 
 _TEXTS = [
@@ -73,5 +74,13 @@ CASES: list[dict[str, Any]] = [
         "texts": _NER_TEXTS,
         "output_schema": {"type": "object", "properties": {"cities": {"type": "array", "items": {"type": "string"}}}},
         "options": {"threshold": 0.4},
+    },
+    {"name": "gliner-bi-entities", "model": GLINER_BI_MODEL, "texts": _NER_TEXTS, "labels": ["person", "city"]},
+    {
+        "name": "gliner-bi-flat-off",
+        "model": GLINER_BI_MODEL,
+        "texts": _NER_TEXTS[:1],
+        "labels": ["person", "organization", "date"],
+        "options": {"flat_ner": False, "threshold": 0.5},
     },
 ]
