@@ -47,4 +47,4 @@ def assert_same(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) ->
         ]
         for a, b in zip(got_entities, want_entities, strict=True):
             assert abs(a["score"] - b["score"]) <= TOL, (a, b)
-        assert got["data"] == (want["data"] or {})
+        assert (got["data"] or {}) == (want["data"] or {})
