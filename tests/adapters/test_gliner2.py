@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,8 @@ def test_catalog_classifier_defaults(gliner2_dir: Path) -> None:
     assert [c["label"] for c in item["classifications"]] in (["safe"], ["unsafe"])
     with pytest.raises(ValueError, match="threshold"):
         Gliner2Adapter.load(load_context(gliner2_dir, threshold=2))
+    with pytest.raises(ValueError, match="PyTorch only"):
+        Gliner2Adapter.load(replace(load_context(gliner2_dir), backend="openvino"))
 
 
 async def test_extract_route_end_to_end(gliner2_dir: Path, tmp_path: Path) -> None:

@@ -169,13 +169,15 @@ class Gliner2Adapter(Adapter):
             inputs=("text",),
             outputs=("entities", "classifications", "data"),
             max_sequence_length=max_tokens,
-            runtime={"backend": "torch", "precision": "fp32", "chosen": "fixed"},
+            runtime={"backend": "torch", "precision": "fp32", "selected_by": "adapter (PyTorch fp32 only)"},
         )
 
     @classmethod
     def load(cls, ctx: LoadContext) -> Gliner2Adapter:
         from gliner2 import GLiNER2
 
+        if ctx.backend not in ("auto", "torch"):
+            raise ValueError(f"gliner2 runs on PyTorch only, not backend {ctx.backend!r}")
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
         make_schema_order_deterministic()
