@@ -89,6 +89,8 @@ class ExtractTask:
     label_groups: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     # GLiClass: few-shot examples rendered into the input as the pipeline does.
     examples: tuple[FewShotExample, ...] = ()
+    # GLiNER2: a JSON schema of the object to read from each text, instead of labels.
+    output_schema: Mapping[str, Any] | None = None
 
 
 TaskInput = EncodeTask | ScoreTask | ExtractTask

@@ -52,7 +52,7 @@ SCORE_COMPAT_KEY = "score"
 ACTIVATIONS = ("identity", "sigmoid")
 
 
-class _Logits(backends.Graph):
+class ClassifierLogits(backends.Graph):
     """The classifier: the tokenizer's inputs (in its order) -> logits."""
 
     kind = "cross-encoder"
@@ -125,7 +125,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         device = select_device(ctx.options) if ctx.backend in ("auto", "torch") else torch.device("cpu")
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
-        max_length = _effective_max_length(ctx.max_sequence_length, tokenizer, config)
+        max_length = effective_max_length(ctx.max_sequence_length, tokenizer, config)
         request = backends.request_for(ctx, str(device))
         names = tuple(tokenizer.model_input_names)
         probe = tokenizer(
@@ -134,12 +134,14 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         pairs = [{name: probe[name][i] for name in names} for i in range(len(PROBE_TEXTS))]
 
         def evaluate(runner: backends.Runner) -> np.ndarray:
-            chunks = [_logits(runner, tokenizer, pairs[i : i + BATCH])[:, -1] for i in range(0, len(pairs), BATCH)]
+            chunks = [
+                padded_logits(runner, tokenizer, pairs[i : i + BATCH])[:, -1] for i in range(0, len(pairs), BATCH)
+            ]
             return np.concatenate(chunks)
 
         tolerance = ctx.tolerance or backends.DEFAULT_SCORE_RELATIVE
         runner, runtime = backends.choose(
-            _Logits(ctx.path, names),
+            ClassifierLogits(ctx.path, names),
             request,
             evaluate,
             backends.score_agreement(tolerance),
@@ -172,7 +174,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         """Pad tokenized pairs into one batch and return one float per pair."""
         # (batch, num_labels): the last column is "relevant" for 2-class heads
         # and the only column for 1-class heads.
-        scores = _logits(self.runner, self._pad_tokenizer, features)[:, -1].astype(np.float64)
+        scores = padded_logits(self.runner, self._pad_tokenizer, features)[:, -1].astype(np.float64)
         if self.activation == "sigmoid":
             scores = 1.0 / (1.0 + np.exp(-scores))
         return [float(s) for s in scores]
@@ -209,7 +211,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
                 )
 
 
-def _logits(
+def padded_logits(
     runner: backends.Runner, tokenizer: PreTrainedTokenizerBase, features: list[dict[str, list[int]]]
 ) -> np.ndarray:
     batch = tokenizer.pad(features, padding=True, return_tensors="np")
@@ -217,7 +219,7 @@ def _logits(
     return runner(feed).astype(np.float32, copy=False)
 
 
-def _effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
+def effective_max_length(requested: int | None, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
     """The smallest of the catalog limit, the tokenizer limit and the position table."""
     positions = getattr(config, "max_position_embeddings", None)
     if not isinstance(positions, int) or positions <= 0:

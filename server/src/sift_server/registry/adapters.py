@@ -14,7 +14,12 @@ ADAPTERS: dict[str, str] = {
     "sparse-encoder": "sift_server.adapters.sparse_encoder:SparseEncoderAdapter",
     "colbert": "sift_server.adapters.colbert:ColbertAdapter",
     "clip": "sift_server.adapters.clip:ClipAdapter",
+    "nli": "sift_server.adapters.nli:NliAdapter",
+    "gliner2": "sift_server.adapters.gliner2_extractor:Gliner2Adapter",
 }
+
+# Adapters that read ``params.output_schema`` (structured extraction).
+STRUCTURED_EXTRACT: frozenset[str] = frozenset({"gliner2"})
 
 # What ``encode`` returns per adapter, known before a model loads (``/v1/models``).
 ENCODE_OUTPUTS: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,5 @@
-"""The extract primitive: entities (GLiNER) and classifications (GLiClass)."""
+"""The extract primitive: entities (GLiNER, GLiNER2), classifications (GLiClass, NLI,
+GLiNER2) and structured data (GLiNER2, from ``output_schema``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from sift_server.errors import InvalidInput
+from sift_server.registry.adapters import STRUCTURED_EXTRACT
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
@@ -45,7 +47,8 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     params = body.params
     options = dict(params.options or {}) if params else {}
     check_profile(options, path_profile)
-    if params is not None and params.output_schema is not None:
+    output_schema = params.output_schema if params is not None else None
+    if output_schema is not None and record.spec.adapter not in STRUCTURED_EXTRACT:
         raise InvalidInput(f"Model '{name}' does not support output_schema; send labels instead.")
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
     overflow = overflow_policy(options)
@@ -59,6 +62,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
         task,
         texts=cap_texts(texts, cap, overflow),
         instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
+        output_schema=output_schema,
     )
     timing = Timing(started=ctx.started)
     outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record, wait=True))
