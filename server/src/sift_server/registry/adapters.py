@@ -38,7 +38,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
 
 # Adapters that run on PyTorch only (their entries' ``backend`` is not consulted, so
 # ``auto`` has nothing to decide for them).
-TORCH_ONLY = frozenset({"clip"})
+TORCH_ONLY = frozenset({"clip", "gliner2"})
 
 
 def adapter_class(name: str) -> type[Adapter]:
