@@ -122,7 +122,9 @@ class GliClassGraph(Graph):
         names = self.dynamic_axes()
         axes = {name: dict(enumerate(dims)) for name, dims in zip(self.inputs, names, strict=True)}
         example = tuple(torch.ones((2, 8 if dims[1] == "seq" else 3), dtype=torch.long) for dims in names)
-        configs = [m.config for m in module.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")]
+        configs: list[Any] = [
+            m.config for m in module.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
+        ]
         saved = [c._attn_implementation for c in configs]
         try:
             for config in configs:
