@@ -40,7 +40,7 @@ def plan(lengths: Sequence[int], call_cost: int = CALL_COST_TOKENS, max_rows: in
     sorted_lengths = [lengths[i] for i in order]
     n = len(order)
     # best[j]: the least cost of the first j sorted rows; cut[j]: where its last group starts.
-    best = [0] + [0] * n
+    best = [0] * (n + 1)
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
         longest = sorted_lengths[j - 1]  # sorted: the group's last row is its longest
