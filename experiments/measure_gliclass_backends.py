@@ -1,6 +1,7 @@
 """Measure the ``gliclass`` adapter on each backend (docs/benchmarks/backends.md, GLiClass).
 
     python experiments/measure_gliclass_backends.py inprocess --root DIR [--rounds 5] [--batch 8] [--texts 256]
+        [--choices torch/fp32,onnx/fp32,openvino/fp32]
     python experiments/measure_gliclass_backends.py auto --root DIR [--rechoose]
 
 The model is the bench's MiniLM-sized GLiClass head (``sift bench --head
@@ -76,7 +77,8 @@ def inprocess(args: argparse.Namespace) -> int:
     folder, labels = _folder(args.root)
     texts = make_texts(args.texts, seed=0)
     batches = [texts[i : i + args.batch] for i in range(0, len(texts), args.batch)]
-    adapters = {f"{b}/{p}": _adapter(folder, b, p) for b, p in CHOICES}
+    choices = [tuple(c.split("/")) for c in args.choices.split(",")] if args.choices else CHOICES
+    adapters = {f"{b}/{p}": _adapter(folder, b, p) for b, p in choices}
     outputs = {name: [c for batch in batches for c in _run(a, batch, labels)] for name, a in adapters.items()}
     agreement = {name: _compare(got, outputs["torch/fp32"]) for name, got in outputs.items()}
     rates: dict[str, list[float]] = {name: [] for name in adapters}
@@ -127,6 +129,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--texts", type=int, default=256)
     p.add_argument("--json")
+    p.add_argument("--choices", help="comma-separated backend/precision list, torch/fp32 first (default: all five)")
     p.set_defaults(handler=inprocess)
     p = sub.add_parser("auto")
     p.add_argument("--root", required=True)

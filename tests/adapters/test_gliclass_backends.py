@@ -86,6 +86,33 @@ def test_gliclass_runtime_gives_torchs_classes(
     assert adapter.memory_bytes() > 0
 
 
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_gliclass_runtime_grouped_by_length_gives_torchs_classes(
+    gliclass_dir: Path,
+    gliclass_cache: Path,
+    torch_classes: list[list[dict[str, Any]]],
+    backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With free calls every distinct length runs as its own group, cut to its
+    length: the classes are still PyTorch's padded batch's."""
+    from sift_server.adapters.backends import buckets
+
+    adapter = GliClassAdapter.load(context(gliclass_dir, gliclass_cache, backend, "fp32"))
+    runner = adapter.model.runner
+    widths: list[int] = []
+
+    def counting(feed: Any) -> Any:
+        widths.append(feed["attention_mask"].shape[1])
+        return runner(feed)
+
+    counting.choice = runner.choice  # type: ignore[attr-defined]
+    monkeypatch.setattr(buckets, "CALL_COST_TOKENS", 0)
+    monkeypatch.setattr(adapter.model, "runner", counting)
+    assert_same_classes(classify(adapter), torch_classes, SCORE_TOL)
+    assert len(set(widths)) > 1  # groups of different lengths really ran
+
+
 def test_gliclass_export_is_cached_and_keyed_by_the_slot_axis(gliclass_dir: Path, gliclass_cache: Path) -> None:
     import onnx
 

@@ -157,6 +157,19 @@ def test_the_revision_shadows_the_installed_server(repo: Path, tmp_path: Path) -
     assert Path(where).resolve() == (arm.pythonpath / "sift_server" / "__init__.py").resolve()
 
 
+def test_a_revision_runs_once_per_backend_from_one_folder(repo: Path, tmp_path: Path) -> None:
+    from sift_bench.arms import rev_backend_arms
+
+    arm = prepare_rev_arm(repo, "main", "adaptive", tmp_path / "revs")
+    torch_arm, auto_arm = rev_backend_arms(arm, ["torch", "auto:fp32", "torch"])
+    assert (torch_arm.name, auto_arm.name) == ("rev:main/torch", "rev:main/auto:fp32")
+    assert torch_arm.server_args == ["--backend", "torch:fp32"] and auto_arm.server_args == ["--backend", "auto:fp32"]
+    assert torch_arm.folder == auto_arm.folder == arm.folder and torch_arm.commit == arm.commit
+    assert rev_backend_arms(arm, []) == [arm]
+    with pytest.raises(ArmError, match="not a backend"):
+        rev_backend_arms(arm, ["tensorrt"])
+
+
 def test_changed_files() -> None:
     assert changed_files({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == ["b", "c"]
     assert changed_files({"a": "1"}, {}) == ["a"]

@@ -240,6 +240,20 @@ def prepare_rev_arm(repo: Path, ref: str, policy: str, work_root: Path, *, name:
     )
 
 
+def rev_backend_arms(arm: Arm, backends: Sequence[str]) -> list[Arm]:
+    """A revision arm once per backend (``--rev-backend``), sharing its archived
+    folder: ``rev:REF/BACKEND``, its server started with ``--backend BACKEND``.
+    No backends: the arm itself (the revision's default backends)."""
+    import dataclasses
+
+    arms = []
+    for name in dict.fromkeys(backends):
+        if not is_backend_arm(name):
+            raise ArmError(f"not a backend: {name!r} (one of {', '.join(BACKEND_ARMS)}, optionally :PRECISION)")
+        arms.append(dataclasses.replace(arm, name=f"{arm.name}/{name}", backend=_BARE.get(name, name)))
+    return arms or [arm]
+
+
 def check_rev_imports(arm: Arm) -> str:
     """Where ``sift_server`` is imported from under the arm's PYTHONPATH; raises
     when that is not the arm's folder (an install would shadow the revision)."""

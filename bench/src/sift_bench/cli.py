@@ -77,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arms.add_argument("--rev", action="append", default=[], metavar="REF",
                       help="a git revision, archived and run with --rev-policy (repeatable)")  # fmt: skip
     arms.add_argument("--rev-policy", choices=POLICIES, default="adaptive", help="policy of --rev arms")
+    arms.add_argument("--rev-backend", action="append", default=[], metavar="BACKEND",
+                      help="run every --rev arm once per backend given (torch, onnx, openvino, auto[:PRECISION]; "
+                           "repeatable); default: each revision's own default")  # fmt: skip
     arms.add_argument("--repo", type=Path, help="git repository of --rev (default: the one sift_server is in)")
     arms.add_argument("--keep-revs", action="store_true", help="keep the archived revision folders")
 
@@ -219,6 +222,7 @@ def main(args: argparse.Namespace) -> int:
         check_rev_imports,
         prepare_rev_arm,
         repo_root,
+        rev_backend_arms,
     )
     from sift_bench.client import sdk_available
     from sift_bench.phases import PhasePlan
@@ -274,7 +278,7 @@ def main(args: argparse.Namespace) -> int:
                 moved = arm.manifest.get("ref_moved_to") if arm.manifest else None
                 note = f" (the ref has since moved to {moved[:12]}; measuring {arm.commit})" if moved else ""
                 print(f"sift bench: {arm.name} = {arm.commit}{note}", file=sys.stderr)
-                arms.append(arm)
+                arms.extend(rev_backend_arms(arm, args.rev_backend))
         config = BenchConfig(
             arms=arms,
             out_dir=out_dir,

@@ -139,7 +139,9 @@ class GliClassAdapter(Adapter):
         probe = pipeline.pipe.prepare_inputs(list(PROBE_TEXTS), labels, same_labels=True)
 
         def evaluate(runner: backends.Runner) -> np.ndarray:
-            logits = runner(runtimes.feed(probe, graph.token_inputs, len(labels)))
+            logits = runtimes.served_logits(
+                runner, runtimes.feed(probe, graph.token_inputs, len(labels)), graph.token_inputs
+            )
             return runtimes.probabilities(logits, len(labels), single_label)
 
         tolerance = ctx.tolerance or runtimes.DEFAULT_SCORE_TOLERANCE

@@ -14,6 +14,7 @@ One job per module:
 - ``artifacts`` (the on-disk cache) and ``store`` (a graph's exports in it);
 - ``timing``, ``agreement``, ``choice``, ``report``: how auto times, compares,
   chooses and logs its decision;
+- ``buckets``: a runtime forward's rows grouped by length (GLiClass);
 - ``gliner``, ``gliclass``: the extractors' graphs and backends.
 
 This module re-exports what adapters use, so they import one name: ``backends``.

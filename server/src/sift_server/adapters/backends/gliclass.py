@@ -19,6 +19,7 @@ PyTorch fp32's and every score is within the tolerance of it.
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sift_server.adapters.backends.buckets import run_grouped
 from sift_server.adapters.backends.request import REFERENCE, Choice
 from sift_server.adapters.backends.seam import Graph, Runner
 
@@ -38,6 +40,8 @@ PROBE_VERSION = "1"
 # Scores are probabilities (0..1): the largest difference a candidate may show.
 DEFAULT_SCORE_TOLERANCE = 1e-3
 SLOTS = "class_slots"
+# The token input whose row sums are the rows' real lengths.
+MASK = "attention_mask"
 SUPPORTED = frozenset(
     {
         REFERENCE,
@@ -107,8 +111,43 @@ class GliClassGraph(Graph):
     def dynamic_axes(self) -> tuple[tuple[str, ...], ...]:
         return (*(("batch", "seq") for _ in self.token_inputs), ("batch", "classes"))
 
+    def export_onnx(self, dest: Path) -> None:
+        """The TorchScript exporter over eager attention: ONNX Runtime and OpenVINO
+        fuse its plain MatMul/Softmax attention and LayerNorms, where the dynamo
+        exporter's SDPA graph (NaN guards, Einsum) leaves them unfused and runs
+        slower (docs/benchmarks/backends.md)."""
+        import torch
+
+        module = self.module()
+        names = self.dynamic_axes()
+        axes = {name: dict(enumerate(dims)) for name, dims in zip(self.inputs, names, strict=True)}
+        example = tuple(torch.ones((2, 8 if dims[1] == "seq" else 3), dtype=torch.long) for dims in names)
+        configs: list[Any] = [
+            m.config for m in module.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
+        ]
+        saved = [c._attn_implementation for c in configs]
+        try:
+            for config in configs:
+                config._attn_implementation = "eager"
+            with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+                # The tracer warns about every Python branch on a shape; the parity probe checks the graph.
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    module,
+                    example,
+                    str(dest / "model.onnx"),
+                    input_names=list(self.inputs),
+                    output_names=[self.output],
+                    dynamic_axes=axes,
+                    dynamo=False,
+                    opset_version=17,
+                )
+        finally:
+            for config, value in zip(configs, saved, strict=True):
+                config._attn_implementation = value
+
     def key_parts(self) -> dict[str, Any]:
-        return {"gliclass": gliclass_version(), "forward": "logits-by-slots:1"}
+        return {"gliclass": gliclass_version(), "forward": "logits-by-slots:1", "export": "torchscript-eager:1"}
 
 
 def feed(tokenized: Mapping[str, Any], token_inputs: Sequence[str], slots: int) -> dict[str, np.ndarray]:
@@ -117,6 +156,15 @@ def feed(tokenized: Mapping[str, Any], token_inputs: Sequence[str], slots: int) 
     rows = next(iter(inputs.values())).shape[0]
     inputs[SLOTS] = np.zeros((rows, slots), dtype=np.int64)
     return inputs
+
+
+def served_logits(runner: Runner, inputs: Mapping[str, np.ndarray], token_inputs: Sequence[str]) -> np.ndarray:
+    """``runner``'s logits as served: on a runtime, rows grouped by length and each
+    group cut to its own longest row (``buckets``: the exported graph takes any
+    length per call); PyTorch, the reference, runs the library's padded batch."""
+    if runner.choice.backend == "torch" or MASK not in token_inputs:
+        return runner(inputs)
+    return run_grouped(runner, inputs, MASK, token_inputs)
 
 
 class RunnerModel:
@@ -140,7 +188,7 @@ class RunnerModel:
         if adapter_ids is not None:
             raise ValueError("LoRA adapters run on the torch backend only")
         slots = int(max_num_classes if max_num_classes is not None else self.config.max_num_classes)
-        logits = self.runner(feed(tokenized, self.token_inputs, slots))
+        logits = served_logits(self.runner, feed(tokenized, self.token_inputs, slots), self.token_inputs)
         return SimpleNamespace(logits=torch.from_numpy(logits))
 
     def eval(self) -> RunnerModel:
