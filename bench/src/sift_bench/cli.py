@@ -55,6 +55,19 @@ def _arm(text: str) -> str:
     )
 
 
+def _rev_backend(text: str) -> str:
+    """A --rev arm's backend: what the backend arm of that name serves with."""
+    from sift_bench.arms import backend_arm, is_backend_arm
+
+    if not is_backend_arm(text):
+        raise argparse.ArgumentTypeError(
+            f"not a backend arm (torch, onnx, openvino, auto, optionally :PRECISION): {text!r}"
+        )
+    backend = backend_arm(text).backend
+    assert backend is not None
+    return backend
+
+
 def _make_arm(name: str) -> Arm:
     from sift_bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm, reference_arm
 
@@ -77,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arms.add_argument("--rev", action="append", default=[], metavar="REF",
                       help="a git revision, archived and run with --rev-policy (repeatable)")  # fmt: skip
     arms.add_argument("--rev-policy", choices=POLICIES, default="adaptive", help="policy of --rev arms")
+    arms.add_argument("--rev-backend", type=_rev_backend, metavar="BACKEND",
+                      help="backend of --rev arms, as a backend arm names it (torch = PyTorch fp32, "
+                      "openvino:fp32, ...); default: the revision's own default")  # fmt: skip
     arms.add_argument("--repo", type=Path, help="git repository of --rev (default: the one sift_server is in)")
     arms.add_argument("--keep-revs", action="store_true", help="keep the archived revision folders")
 
@@ -270,6 +286,7 @@ def main(args: argparse.Namespace) -> int:
             rev_root = Path(tempfile.mkdtemp(prefix="sift-bench-revs-"))
             for ref in dict.fromkeys(args.rev):
                 arm = prepare_rev_arm(repo, ref, args.rev_policy, rev_root)
+                arm.backend = args.rev_backend
                 check_rev_imports(arm)
                 moved = arm.manifest.get("ref_moved_to") if arm.manifest else None
                 note = f" (the ref has since moved to {moved[:12]}; measuring {arm.commit})" if moved else ""
