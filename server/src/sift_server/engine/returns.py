@@ -25,7 +25,12 @@ anything else:
   forward arrive within their turnaround jitter); otherwise its share is 0;
 * how long a wave takes to come back: the delay of the last matched arrival of
   each of the last ``memory`` complete waves; the allowance is ``margin``
-  times the largest of them, never more than ``horizon``.
+  times the largest of them, never more than the wave's horizon.
+
+A wave's horizon is ``horizon``, or ``share`` of its forward's duration if
+longer: on one shared core the loop reads a wave's requests one after the
+other (tens of milliseconds for 32 after a forward of several hundred), and a
+fixed horizon would never see such a wave complete.
 
 A wave is open from the end of its forward until the next forward ends; the
 policy decides whether holding for it pays (see ``engine.policy``).
@@ -43,6 +48,7 @@ from sift_server.engine.arrivals import poisson_tail
 class Wave:
     start: float
     size: int
+    horizon: float
     seen: int = 0
     first_delay: float = 0.0
     last_delay: float = 0.0
@@ -52,6 +58,8 @@ class Wave:
 class ReturnModel:
     # Arrivals later than this after a forward ended are not its clients coming back.
     horizon: float = 0.010
+    # A slower forward's wave may take this share of its duration to come back.
+    share: float = 0.10
     memory: int = 16
     min_share: float = 0.75
     # Smaller waves say nothing either way (two arrivals soon after a forward are common).
@@ -68,11 +76,15 @@ class ReturnModel:
     # Remembered arrival times, for the background rate.
     history: deque[float] = field(default_factory=deque)
 
-    def forward_ended(self, now: float, completed: int) -> None:
-        """A forward ended at ``now`` and answered ``completed`` requests."""
+    def forward_ended(self, now: float, completed: int, seconds: float = 0.0) -> None:
+        """A forward that ran ``seconds`` ended at ``now`` and answered ``completed`` requests."""
         self._expire(now)
         if completed > 0:
-            self.open.append(Wave(now, completed))
+            self.open.append(Wave(now, completed, max(self.horizon, self.share * seconds)))
+
+    def awaiting(self, now: float) -> bool:
+        """A wave of at least ``min_size`` requests is open at ``now`` and not all back."""
+        return any(w.size >= self.min_size and w.seen < w.size and now - w.start <= w.horizon for w in self.open)
 
     def observe(self, now: float) -> None:
         """One arrival (request headers received): the return of the oldest
@@ -89,7 +101,7 @@ class ReturnModel:
             wave.last_delay = now - wave.start
 
     def _expire(self, now: float) -> None:
-        while self.open and now - self.open[0].start > self.horizon:
+        while self.open and now - self.open[0].start > self.open[0].horizon:
             self._close(self.open.popleft())
 
     def _close(self, wave: Wave) -> None:
@@ -117,25 +129,23 @@ class ReturnModel:
     def reliable(self) -> bool:
         return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
 
-    @property
-    def allowance(self) -> float:
+    def allowance(self, wave: Wave) -> float:
         """How long after its forward a wave may take to come back: half as
         long again as the slowest of the recent complete ones (the next
-        one's slowest return is often a little later), within ``horizon``."""
-        return min(self.horizon, self.margin * max(self.delays)) if self.delays else 0.0
+        one's slowest return is often a little later), within its horizon."""
+        return min(wave.horizon, self.margin * max(self.delays)) if self.delays else 0.0
 
     def expected(self, now: float) -> int:
         """Returns still expected at ``now`` from open waves whose allowance
         has not passed (0 where waves do not come back reliably)."""
         if not self.reliable:
             return 0
-        allowance = self.allowance
-        return sum(w.size - w.seen for w in self.open if now < w.start + allowance)
+        return sum(w.size - w.seen for w in self.open if now < w.start + self.allowance(w))
 
     def deadline(self, now: float) -> float:
         """When the open waves still missing returns at ``now`` should be back in full."""
-        allowance = self.allowance
-        pending = [w.start + allowance for w in self.open if w.seen < w.size and now < w.start + allowance]
+        due = [w.start + self.allowance(w) for w in self.open if w.seen < w.size]
+        pending = [t for t in due if now < t]
         return max(pending) if pending else float("-inf")
 
     def back(self, now: float) -> bool:
