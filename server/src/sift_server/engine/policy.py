@@ -286,12 +286,15 @@ def make_policy(
     *,
     max_hold_ms: float = AdaptivePolicy().max_hold * 1000,
     max_burst_hold_ms: float = AdaptivePolicy().max_burst_hold * 1000,
+    wave_share: float = AdaptivePolicy().wave_share,
     idle_coalesce_ms: float = TimedPolicy().idle_coalesce * 1000,
     max_wait_ms: float = TimedPolicy().max_wait * 1000,
 ) -> Policy:
     """A policy by name; the defaults are the policies' own."""
     if name == "adaptive":
-        return AdaptivePolicy(max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000)
+        return AdaptivePolicy(
+            max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000, wave_share=wave_share
+        )
     if name == "timed":
         return TimedPolicy(idle_coalesce=idle_coalesce_ms / 1000, max_wait=max_wait_ms / 1000)
     if name == "immediate":

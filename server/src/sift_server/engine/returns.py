@@ -23,9 +23,18 @@ anything else:
   over the span from its first to its last return (random traffic spreads
   ``k`` arrivals over about ``k / rate``; clients coming back from one
   forward arrive within their turnaround jitter); otherwise its share is 0;
-* how long a wave takes to come back: the delay of the last matched arrival of
-  each of the last ``memory`` complete waves; the allowance is ``margin``
-  times the largest of them, never more than the wave's horizon.
+* how long a wave takes to come back: the size and the delay of the last
+  return of each of the last ``memory`` complete waves. A wave of ``n`` is
+  allowed ``margin`` times the slowest of those at least as large, or, if all
+  were smaller, the largest one's delay scaled up by ``n / size`` (on one
+  shared core the server reads a wave's requests one after the other, so a
+  wave of 32 takes about four times as long as one of 8: one delay for all
+  sizes cut the first wave of 32 after waves of 8 short); never more than
+  its horizon.
+
+A wave nobody came back to (a burst whose clients went quiet, the end of a
+closed loop) says nothing about how waves come back, so it counts neither
+way; a few returns too spread to be a wave count as 0.
 
 A wave's horizon is ``horizon``, or ``share`` of its forward's duration if
 longer: on one shared core the loop reads a wave's requests one after the
@@ -40,6 +49,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from sift_server.engine.arrivals import poisson_tail
 
@@ -72,7 +82,8 @@ class ReturnModel:
     # forward may end before the stragglers of the one before it are back.
     open: deque[Wave] = field(default_factory=deque)
     shares: deque[float] = field(default_factory=deque)
-    delays: deque[float] = field(default_factory=deque)
+    # (size, delay of the last return) of recent complete waves.
+    delays: deque[tuple[int, float]] = field(default_factory=deque)
     # Remembered arrival times, for the background rate.
     history: deque[float] = field(default_factory=deque)
 
@@ -105,13 +116,13 @@ class ReturnModel:
             self._close(self.open.popleft())
 
     def _close(self, wave: Wave) -> None:
-        if wave.size < self.min_size:
+        if wave.size < self.min_size or wave.seen == 0:
             return
         spread = wave.last_delay - wave.first_delay
         returned = wave.seen >= 2 and poisson_tail(wave.seen - 1, self._rate() * spread) <= self.alpha
         self._remember(self.shares, wave.seen / wave.size if returned else 0.0)
         if returned and wave.seen == wave.size:
-            self._remember(self.delays, wave.last_delay)
+            self._remember(self.delays, (wave.size, wave.last_delay))
 
     def _rate(self) -> float:
         """Arrivals per second over the remembered ones."""
@@ -120,7 +131,7 @@ class ReturnModel:
         span = self.history[-1] - self.history[0]
         return (len(self.history) - 1) / span if span > 0 else float("inf")
 
-    def _remember(self, values: deque[float], value: float) -> None:
+    def _remember(self, values: deque[Any], value: Any) -> None:
         values.append(value)
         if len(values) > self.memory:
             values.popleft()
@@ -130,10 +141,19 @@ class ReturnModel:
         return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
 
     def allowance(self, wave: Wave) -> float:
-        """How long after its forward a wave may take to come back: half as
-        long again as the slowest of the recent complete ones (the next
-        one's slowest return is often a little later), within its horizon."""
-        return min(wave.horizon, self.margin * max(self.delays)) if self.delays else 0.0
+        """How long after its forward ``wave`` may take to come back: ``margin``
+        times the slowest recent complete wave at least as large (the next
+        one's slowest return is often a little later), or the largest one's
+        delay scaled to this wave's size; within its horizon."""
+        if not self.delays:
+            return 0.0
+        larger = [delay for size, delay in self.delays if size >= wave.size]
+        if larger:
+            delay = max(larger)
+        else:
+            size, slowest = max(self.delays)
+            delay = slowest * wave.size / size
+        return min(wave.horizon, self.margin * delay)
 
     def expected(self, now: float) -> int:
         """Returns still expected at ``now`` from open waves whose allowance
