@@ -161,3 +161,27 @@ def test_timed_drains_what_queued_behind_a_forward_of_several_requests() -> None
     s.admit("next", [16], 29 * MS)
     s.complete(lone, 20 * MS, 30 * MS)
     assert s.decide(30 * MS) == WaitUntil(32 * MS)
+
+
+def test_a_wave_slower_than_the_learned_ones_is_held_while_its_returns_keep_coming() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    assert sizes(loop)[-1] == 32
+    # The next wave is read at twice the spacing: past the learned allowance, but
+    # arriving steadily, so it is still held whole (within 10 % of the forward).
+    loop.spacing = 2 * SPACING
+    loop.run(20)
+    assert sizes(loop)[-3:] == [32] * 3
+
+
+def test_past_its_allowance_a_wave_that_went_quiet_is_not_waited_for() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    loop.run(17, returning=31)  # one client of the next wave never comes back
+    loop.run(18)
+    (previous, _), (start, batch) = loop.forwards[-2:]
+    assert len(batch.slices) == 31
+    # Dispatched once the returns went quiet (3 ms), long before the bound.
+    last_admission = previous + FORWARD + 2 * MS + 30 * SPACING + SPACING / 2
+    assert start < previous + FORWARD + 0.10 * FORWARD
+    assert start <= last_admission + 3 * MS + 1e-9

@@ -46,6 +46,8 @@ class SchedulerState:
     wave_expected: int = 0
     # Requests in ingress while a wave is returning (its arrivals, being read).
     wave_in_ingress: int = 0
+    # Returns still missing from open waves within their horizon, past their allowance or not.
+    wave_missing: int = 0
     wave_deadline: float = float("-inf")
     # All of a reliable wave has come back: what is queued now is that wave.
     wave_back: bool = False
@@ -124,7 +126,7 @@ def hold_bound(state: SchedulerState, max_hold: float, wave_share: float) -> flo
 
 
 def wave_hold(
-    state: SchedulerState, lane: LaneView, now: float, max_hold: float, wave_share: float = 0.0
+    state: SchedulerState, lane: LaneView, now: float, max_hold: float, wave_share: float = 0.0, quiet: float = 0.0
 ) -> WaitUntil | None:
     """Wait for the rest of a returning wave, where that pays.
 
@@ -142,10 +144,15 @@ def wave_hold(
     the forward's fixed part ``a`` exceeds the wait ``d``.
 
     Only requests already in ingress may be waited for past the allowance
-    (their admission wakes the worker); nothing waits past ``hold_bound``."""
+    (their admission wakes the worker), and on a shared core a wave whose
+    returns are still coming in (the last one less than ``quiet`` ago: a
+    slower wave than the learned ones); nothing waits past ``hold_bound``."""
+    bound = hold_bound(state, max_hold, wave_share)
+    if state.shared_core and state.wave_missing > 0 and state.wave_expected <= 0 and not state.wave_in_ingress:
+        until = min(state.arrivals.last_arrival + quiet, bound)
+        return WaitUntil(until) if now < until else None
     if state.wave_expected <= 0 and not state.wave_in_ingress:
         return None
-    bound = hold_bound(state, max_hold, wave_share)
     if state.wave_expected > 0:
         until = min(state.wave_deadline, bound)
         wait = until - now
@@ -239,7 +246,7 @@ class AdaptivePolicy:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
-        held = wave_hold(state, lane, now, self.max_hold, self.wave_share)
+        held = wave_hold(state, lane, now, self.max_hold, self.wave_share, self.backlog_quiet)
         if held is not None:
             return held
         if state.wave_back and lane.requests > 1:

@@ -162,6 +162,13 @@ class ReturnModel:
             return 0
         return sum(w.size - w.seen for w in self.open if now < w.start + self.allowance(w))
 
+    def missing(self, now: float) -> int:
+        """Returns not back yet from open waves still within their horizon at
+        ``now``, their allowance passed or not (0 where waves do not come back reliably)."""
+        if not self.reliable:
+            return 0
+        return sum(w.size - w.seen for w in self.open if now - w.start <= w.horizon)
+
     def deadline(self, now: float) -> float:
         """When the open waves still missing returns at ``now`` should be back in full."""
         due = [w.start + self.allowance(w) for w in self.open if w.seen < w.size]

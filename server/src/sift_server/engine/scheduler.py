@@ -311,12 +311,14 @@ class Scheduler:
         ]
         returning = self.config.wave_hold and self.waves.reliable
         expected = self.waves.expected(now) if returning else 0
+        missing = self.waves.missing(now) if returning else 0
         in_ingress = self.ingress_pending if returning else 0
-        if (expected or in_ingress) and lanes:
+        if (expected or missing or in_ingress) and lanes:
             oldest = min(lanes, key=lambda lane: lane.head_arrival)
             room = self._room(self.queues[oldest.lane])
             in_ingress = min(in_ingress, room)
             expected = min(expected, room - in_ingress)
+            missing = min(missing, room - in_ingress)
         return SchedulerState(
             lanes=lanes,
             busy=self.busy,
@@ -326,6 +328,7 @@ class Scheduler:
             closing=self.closing,
             wave_expected=expected,
             wave_in_ingress=in_ingress,
+            wave_missing=missing,
             wave_deadline=self.waves.deadline(now),
             wave_back=returning and self.waves.back(now),
             fixed_cost=self.costs.fixed,
