@@ -386,7 +386,8 @@ async def test_under_returning_waves_a_batch_cut_by_length_is_answered_together(
                 release_long.wait(timeout=30)
             return super().__call__(parts)
 
-    monkeypatch.setattr(Scheduler, "whole_waves", property(lambda self: True))
+    # Its head came back from the last forward of a reliable wave (``Scheduler._whole_wave``).
+    monkeypatch.setattr(Scheduler, "_whole_wave", lambda self, queue: True)
     forward = LengthAware()
     worker = make_worker(forward, AdaptivePolicy())
     worker.scheduler.seed_costs([(16, 0.010), (256, 0.020), (512, 0.030)])

@@ -84,6 +84,7 @@ def test_cli_quick_run_writes_results(tmp_path: Path, capsys: object) -> None:
         "adaptive-old",
         "timed-whole",
         "adaptive-split",
+        "adaptive-10ms",
     }
     assert (tmp_path / "overview.png").stat().st_size > 0
     assert (tmp_path / "main-cpu.png").stat().st_size > 0

@@ -7,7 +7,7 @@ from sift_bench.simulate.metrics import Summary
 from sift_bench.simulate.report import MAIN_FIGURE, dominates
 from sift_bench.simulate.runner import Matrix, make_arm, run_matrix
 from sift_server.engine.batch_queue import Caps
-from sift_server.simulator.forward_model import CPU_LIKE, CPU_TEXT, GPU_LIKE, ForwardPreset
+from sift_server.simulator.forward_model import CPU_GLICLASS, CPU_LIKE, CPU_TEXT, GPU_LIKE, ForwardPreset
 from sift_server.simulator.scenarios import TraceConfig
 
 TRACES = TraceConfig(closed_per_client=40)
@@ -70,3 +70,26 @@ def test_on_sentences_whole_waves_dominate_the_timed_window_and_split_waves_do_n
         assert adaptive.mean_batch > 0.9 * clients  # each wave in one batch
     # Before whole waves: a wave cut by the load caps left a request behind for a forward.
     assert by_arm["adaptive-split"].latency_max > 1.2 * timed.latency_max
+
+
+def test_a_wave_read_slowly_on_a_shared_core_is_held_whole_and_dominates_the_reference_window() -> None:
+    # GLiClass-sized forwards on one core that the loop reading the requests shares:
+    # 32 returns reach the scheduler over about 10 ms, longer than the fixed 10 ms
+    # bound allowed after the forward; the bound that scales with the forward waits for them.
+    for clients in (8, 32):
+        family = f"closed{clients}-sentences"
+        matrix = Matrix(
+            forwards=[CPU_GLICLASS],
+            arms=[make_arm(name) for name in ("adaptive", "adaptive-10ms", "timed-whole")],
+            traces=TRACES,
+            caps=Caps(),
+            family_filter=[family],
+        )
+        by_arm = {s.policy: s for s in run_matrix(matrix) if s.family == family}
+        adaptive, reference = by_arm["adaptive"], by_arm["timed-whole"]
+        assert dominates(adaptive, reference, MAIN_FIGURE["closed"]), (adaptive, reference)
+        assert adaptive.mean_batch == clients
+    # With the fixed bound, stragglers of a 32-wave wait a whole forward: the tail the bench saw.
+    fixed = by_arm["adaptive-10ms"]
+    assert fixed.latency_p99 > 1.2 * reference.latency_p99
+    assert not dominates(fixed, reference, MAIN_FIGURE["closed"])

@@ -21,13 +21,17 @@ from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import ForwardPreset
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
+from sift_server.simulator.shared_loop import SharedLoop
 
 OLD_RULES = "adaptive-old"
 # The reference server's timed window: whole waves (no load caps), one forward each.
 WHOLE_TIMED = "timed-whole"
 # Adaptive as it was before whole waves: load caps and early answers under returning waves.
 SPLIT_WAVES = "adaptive-split"
-ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES)
+# Adaptive with the wave's horizon and hold bounded by a fixed max_hold (10 ms), as
+# before they scaled with the forward: a wave read over a longer span is cut.
+FIXED_HOLD = "adaptive-10ms"
+ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,8 @@ class Arm:
     load_caps: bool = True
     sub_forwards: bool = True
     whole_waves: bool = True
+    # Share of a forward a hold for its wave may last (SchedulerConfig.wave_share); None: the default.
+    wave_share: float | None = None
 
 
 def make_arm(name: str, **policy_options: float) -> Arm:
@@ -54,6 +60,8 @@ def make_arm(name: str, **policy_options: float) -> Arm:
         return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
     if name == SPLIT_WAVES:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), whole_waves=False)
+    if name == FIXED_HOLD:
+        return Arm(name, lambda: make_policy("adaptive", wave_share=0.0, **policy_options), wave_share=0.0)
     return Arm(name, lambda: make_policy(name, **policy_options))
 
 
@@ -78,13 +86,21 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
     """The server's scheduler settings, with this matrix's caps and the arm's rules."""
     efficient = getattr(forward, "efficient_tokens", None)
     load_caps = replace(matrix.caps, max_cost=min(matrix.caps.max_cost, efficient)) if efficient else None
-    return SchedulerConfig(
+    config = SchedulerConfig(
         caps=matrix.caps,
         load_caps=load_caps if arm.load_caps else None,
         wave_hold=arm.wave_hold,
         sub_forwards=arm.sub_forwards,
         whole_waves=arm.whole_waves,
+        shared_core=shared_loop(forward) is not None,
     )
+    return config if arm.wave_share is None else replace(config, wave_share=arm.wave_share)
+
+
+def shared_loop(forward: ForwardPreset) -> SharedLoop | None:
+    """A fresh loop for one run where the preset's server reads requests on the forward's core."""
+    read, write = getattr(forward, "loop_read", 0.0), getattr(forward, "loop_write", 0.0)
+    return SharedLoop(read, write) if read or write else None
 
 
 def run_matrix(matrix: Matrix) -> list[Summary]:
@@ -101,6 +117,7 @@ def run_matrix(matrix: Matrix) -> list[Summary]:
                     forward_name=forward.name,
                     arm=arm.name,
                     queue_factory=arm.queue,
+                    loop=shared_loop(forward),
                 )
                 summaries.append(summarize(sim.run()))
     return summaries

@@ -129,10 +129,13 @@ class ArrivalModel:
     history: deque[tuple[float, bool]] = field(default_factory=deque)
     history_overlapping: int = 0
 
-    def observe(self, now: float, *, in_flight: bool = True) -> None:
+    def observe(self, now: float, *, in_flight: bool = True, returning: bool = False) -> None:
         """Record one arrival (request headers received). ``in_flight`` says
         whether any earlier request of this model was still queued, in ingress
-        or in a forward at that moment."""
+        or in a forward at that moment; ``returning``, whether a forward of
+        several requests ended just before and not all its clients are back
+        (engine.returns): such a cluster is that wave coming back, never an
+        isolated burst, whatever the silence before it."""
         gap = now - self.last_arrival
         # While earlier work is still in flight, a running forward can slow the
         # reading of a burst's later requests far past ``link_gap`` (one shared
@@ -140,7 +143,7 @@ class ArrivalModel:
         limit = self.busy_link_gap if in_flight else 0.0
         if gap > max(self.link_gap if in_flight else 0.0, limit) or not in_flight:
             self._close_cluster()
-            self.cluster_isolated = gap >= self.quiet_gap
+            self.cluster_isolated = gap >= self.quiet_gap and not returning
             self.cluster_prior_rate = self._rate_before(now)
             self.cluster_start = now
             self.cluster_size = 1

@@ -46,6 +46,8 @@ class SchedulerState:
     wave_expected: int = 0
     # Requests in ingress while a wave is returning (its arrivals, being read).
     wave_in_ingress: int = 0
+    # Returns still missing from open waves within their horizon, past their allowance or not.
+    wave_missing: int = 0
     wave_deadline: float = float("-inf")
     # All of a reliable wave has come back: what is queued now is that wave.
     wave_back: bool = False
@@ -53,6 +55,10 @@ class SchedulerState:
     fixed_cost: float | None = None
     # The event loop that reads requests and the forward share one core.
     shared_core: bool = False
+    # Seconds the last forward ran (0 before the first): bounds a hold for its wave.
+    last_forward_seconds: float = 0.0
+    # Requests the last forward answered (the reference's timed window drains after a batch).
+    last_forward_requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,28 +114,54 @@ def _is_backlog(state: SchedulerState, lane: LaneView) -> bool:
     return lane.head_arrival <= state.last_forward_end
 
 
-def wave_hold(state: SchedulerState, lane: LaneView, now: float, max_hold: float) -> WaitUntil | None:
+def hold_bound(state: SchedulerState, max_hold: float, wave_share: float) -> float:
+    """Latest end of a hold for the returning wave: ``max_hold`` after the
+    forward ended, or ``wave_share`` of that forward's own duration if longer.
+
+    A slow forward's clients come back over a longer span (on one shared core
+    the loop reads them one by one), and a straggler cut off waits a whole
+    forward: the bound scales with the forward, so the worst a hold can cost is
+    ``wave_share`` of the core's time, never more."""
+    return state.last_forward_end + max(max_hold, wave_share * state.last_forward_seconds)
+
+
+def wave_hold(
+    state: SchedulerState, lane: LaneView, now: float, max_hold: float, wave_share: float = 0.0, quiet: float = 0.0
+) -> WaitUntil | None:
     """Wait for the rest of a returning wave, where that pays.
 
-    Closed-loop clients split into two halves keep the worker busy (each half
-    comes back while the other runs), so a cycle costs ``F(q) + F(r) = 2a +
-    b(q + r)``; waiting ``d`` seconds for the rest of the wave and running one
-    forward costs ``a + b(q + r) + d``. Holding pays exactly when the
-    forward's fixed part ``a`` exceeds the wait ``d``.
-    Bounded by the wave's learned allowance (only requests already in ingress
-    may be waited for past it, their admission wakes the worker) and always by
-    ``max_hold`` after the forward ended (the hold starts there; a head that
-    queued behind the forward has waited for it already)."""
-    if state.fixed_cost is None or (state.wave_expected <= 0 and not state.wave_in_ingress):
+    On one shared core (the loop that reads requests and the forward): while
+    the wave's requests are being read or still due (its learned allowance),
+    the hold costs little: reading them is work the core does anyway, and the
+    forward it would start now would run slower beside it. A straggler cut off
+    waits a whole forward. So hold until the wave is back, its allowance has
+    passed, or ``hold_bound``.
+
+    Elsewhere, closed-loop clients split into two halves keep the worker busy
+    (each half comes back while the other runs), so a cycle costs ``F(q) +
+    F(r) = 2a + b(q + r)``; waiting ``d`` seconds for the rest of the wave and
+    running one forward costs ``a + b(q + r) + d``. Holding pays exactly when
+    the forward's fixed part ``a`` exceeds the wait ``d``.
+
+    Only requests already in ingress may be waited for past the allowance
+    (their admission wakes the worker), and on a shared core a wave whose
+    returns are still coming in (the last one less than ``quiet`` ago: a
+    slower wave than the learned ones); nothing waits past ``hold_bound``."""
+    bound = hold_bound(state, max_hold, wave_share)
+    if state.shared_core and state.wave_missing > 0 and state.wave_expected <= 0 and not state.wave_in_ingress:
+        until = min(state.arrivals.last_arrival + quiet, bound)
+        return WaitUntil(until) if now < until else None
+    if state.wave_expected <= 0 and not state.wave_in_ingress:
         return None
-    bound = max(lane.head_arrival, state.last_forward_end) + max_hold
     if state.wave_expected > 0:
         until = min(state.wave_deadline, bound)
         wait = until - now
     else:
         # Only requests being read are missing: their admission wakes the worker long before ``bound``.
         until, wait = bound, 0.0
-    if now >= until or state.fixed_cost <= wait:
+    if now >= until:
+        return None
+    if not state.shared_core and (state.fixed_cost is None or state.fixed_cost <= wait):
         return None
     return WaitUntil(until)
 
@@ -151,19 +183,24 @@ class ImmediatePolicy:
 
 @dataclass(frozen=True, slots=True)
 class TimedPolicy:
-    """The reference: whenever the worker is free, wait until arrivals are
-    quiet for ``idle_coalesce`` seconds, bounded by ``max_wait`` after the head
-    (work that queued behind a forward included: that is how the reference
-    collects a returning wave into one forward)."""
+    """The reference (sie-server 0.10.1's batch former): whenever the worker is
+    free, wait until arrivals are quiet for ``idle_coalesce`` seconds, bounded
+    by ``max_wait`` after the head; work that queued behind a multi-request
+    forward runs at once (its drain). That is how the reference collects a
+    returning wave into one forward. Its ``max_wait`` is moved by a controller
+    between 15 and 50 ms and sits at 50 ms under a closed loop (latency stays
+    under its 1.5 x forward target), so that is the default here."""
 
     idle_coalesce: float = 0.003
-    max_wait: float = 0.015
+    max_wait: float = 0.050
     name: str = "timed"
 
     def decide(self, state: SchedulerState, now: float) -> Decision:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
+        if state.last_forward_requests > 1 and _is_backlog(state, lane):
+            return Dispatch(lane.lane, "backlog")
         quiet_at = lane.last_arrival + self.idle_coalesce
         cap_at = lane.head_arrival + self.max_wait
         if now >= cap_at:
@@ -196,6 +233,8 @@ class AdaptivePolicy:
     """
 
     max_hold: float = 0.010
+    # A hold for a returning wave may last this share of the forward it returns from (``hold_bound``).
+    wave_share: float = 0.10
     # Upper bound of a hold for a learned burst whose arrivals keep coming.
     max_burst_hold: float = 0.500
     # Shared core, work queued behind a forward: arrivals this recent are a wave
@@ -207,13 +246,13 @@ class AdaptivePolicy:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
-        held = wave_hold(state, lane, now, self.max_hold)
+        held = wave_hold(state, lane, now, self.max_hold, self.wave_share, self.backlog_quiet)
         if held is not None:
             return held
         if state.wave_back and lane.requests > 1:
             return Dispatch(lane.lane, "wave")
         if _is_backlog(state, lane):
-            until = state.last_forward_end + self.max_hold
+            until = hold_bound(state, self.max_hold, self.wave_share)
             if state.shared_core and now < until:
                 # On one shared core, requests being read would interleave with the
                 # forward and slow both: let them join this batch (admission wakes us),
@@ -254,12 +293,15 @@ def make_policy(
     *,
     max_hold_ms: float = AdaptivePolicy().max_hold * 1000,
     max_burst_hold_ms: float = AdaptivePolicy().max_burst_hold * 1000,
+    wave_share: float = AdaptivePolicy().wave_share,
     idle_coalesce_ms: float = TimedPolicy().idle_coalesce * 1000,
     max_wait_ms: float = TimedPolicy().max_wait * 1000,
 ) -> Policy:
     """A policy by name; the defaults are the policies' own."""
     if name == "adaptive":
-        return AdaptivePolicy(max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000)
+        return AdaptivePolicy(
+            max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000, wave_share=wave_share
+        )
     if name == "timed":
         return TimedPolicy(idle_coalesce=idle_coalesce_ms / 1000, max_wait=max_wait_ms / 1000)
     if name == "immediate":

@@ -23,9 +23,23 @@ anything else:
   over the span from its first to its last return (random traffic spreads
   ``k`` arrivals over about ``k / rate``; clients coming back from one
   forward arrive within their turnaround jitter); otherwise its share is 0;
-* how long a wave takes to come back: the delay of the last matched arrival of
-  each of the last ``memory`` complete waves; the allowance is ``margin``
-  times the largest of them, never more than ``horizon``.
+* how long a wave takes to come back: the size and the delay of the last
+  return of each of the last ``memory`` complete waves. A wave of ``n`` is
+  allowed ``margin`` times the slowest of those at least as large, or, if all
+  were smaller, the largest one's delay scaled up by ``n / size`` (on one
+  shared core the server reads a wave's requests one after the other, so a
+  wave of 32 takes about four times as long as one of 8: one delay for all
+  sizes cut the first wave of 32 after waves of 8 short); never more than
+  its horizon.
+
+A wave nobody came back to (a burst whose clients went quiet, the end of a
+closed loop) says nothing about how waves come back, so it counts neither
+way; a few returns too spread to be a wave count as 0.
+
+A wave's horizon is ``horizon``, or ``share`` of its forward's duration if
+longer: on one shared core the loop reads a wave's requests one after the
+other (tens of milliseconds for 32 after a forward of several hundred), and a
+fixed horizon would never see such a wave complete.
 
 A wave is open from the end of its forward until the next forward ends; the
 policy decides whether holding for it pays (see ``engine.policy``).
@@ -35,6 +49,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from sift_server.engine.arrivals import poisson_tail
 
@@ -43,6 +58,7 @@ from sift_server.engine.arrivals import poisson_tail
 class Wave:
     start: float
     size: int
+    horizon: float
     seen: int = 0
     first_delay: float = 0.0
     last_delay: float = 0.0
@@ -52,6 +68,8 @@ class Wave:
 class ReturnModel:
     # Arrivals later than this after a forward ended are not its clients coming back.
     horizon: float = 0.010
+    # A slower forward's wave may take this share of its duration to come back.
+    share: float = 0.10
     memory: int = 16
     min_share: float = 0.75
     # Smaller waves say nothing either way (two arrivals soon after a forward are common).
@@ -64,15 +82,20 @@ class ReturnModel:
     # forward may end before the stragglers of the one before it are back.
     open: deque[Wave] = field(default_factory=deque)
     shares: deque[float] = field(default_factory=deque)
-    delays: deque[float] = field(default_factory=deque)
+    # (size, delay of the last return) of recent complete waves.
+    delays: deque[tuple[int, float]] = field(default_factory=deque)
     # Remembered arrival times, for the background rate.
     history: deque[float] = field(default_factory=deque)
 
-    def forward_ended(self, now: float, completed: int) -> None:
-        """A forward ended at ``now`` and answered ``completed`` requests."""
+    def forward_ended(self, now: float, completed: int, seconds: float = 0.0) -> None:
+        """A forward that ran ``seconds`` ended at ``now`` and answered ``completed`` requests."""
         self._expire(now)
         if completed > 0:
-            self.open.append(Wave(now, completed))
+            self.open.append(Wave(now, completed, max(self.horizon, self.share * seconds)))
+
+    def awaiting(self, now: float) -> bool:
+        """A wave of at least ``min_size`` requests is open at ``now`` and not all back."""
+        return any(w.size >= self.min_size and w.seen < w.size and now - w.start <= w.horizon for w in self.open)
 
     def observe(self, now: float) -> None:
         """One arrival (request headers received): the return of the oldest
@@ -89,17 +112,17 @@ class ReturnModel:
             wave.last_delay = now - wave.start
 
     def _expire(self, now: float) -> None:
-        while self.open and now - self.open[0].start > self.horizon:
+        while self.open and now - self.open[0].start > self.open[0].horizon:
             self._close(self.open.popleft())
 
     def _close(self, wave: Wave) -> None:
-        if wave.size < self.min_size:
+        if wave.size < self.min_size or wave.seen == 0:
             return
         spread = wave.last_delay - wave.first_delay
         returned = wave.seen >= 2 and poisson_tail(wave.seen - 1, self._rate() * spread) <= self.alpha
         self._remember(self.shares, wave.seen / wave.size if returned else 0.0)
         if returned and wave.seen == wave.size:
-            self._remember(self.delays, wave.last_delay)
+            self._remember(self.delays, (wave.size, wave.last_delay))
 
     def _rate(self) -> float:
         """Arrivals per second over the remembered ones."""
@@ -108,7 +131,7 @@ class ReturnModel:
         span = self.history[-1] - self.history[0]
         return (len(self.history) - 1) / span if span > 0 else float("inf")
 
-    def _remember(self, values: deque[float], value: float) -> None:
+    def _remember(self, values: deque[Any], value: Any) -> None:
         values.append(value)
         if len(values) > self.memory:
             values.popleft()
@@ -117,25 +140,39 @@ class ReturnModel:
     def reliable(self) -> bool:
         return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
 
-    @property
-    def allowance(self) -> float:
-        """How long after its forward a wave may take to come back: half as
-        long again as the slowest of the recent complete ones (the next
-        one's slowest return is often a little later), within ``horizon``."""
-        return min(self.horizon, self.margin * max(self.delays)) if self.delays else 0.0
+    def allowance(self, wave: Wave) -> float:
+        """How long after its forward ``wave`` may take to come back: ``margin``
+        times the slowest recent complete wave at least as large (the next
+        one's slowest return is often a little later), or the largest one's
+        delay scaled to this wave's size; within its horizon."""
+        if not self.delays:
+            return 0.0
+        larger = [delay for size, delay in self.delays if size >= wave.size]
+        if larger:
+            delay = max(larger)
+        else:
+            size, slowest = max(self.delays)
+            delay = slowest * wave.size / size
+        return min(wave.horizon, self.margin * delay)
 
     def expected(self, now: float) -> int:
         """Returns still expected at ``now`` from open waves whose allowance
         has not passed (0 where waves do not come back reliably)."""
         if not self.reliable:
             return 0
-        allowance = self.allowance
-        return sum(w.size - w.seen for w in self.open if now < w.start + allowance)
+        return sum(w.size - w.seen for w in self.open if now < w.start + self.allowance(w))
+
+    def missing(self, now: float) -> int:
+        """Returns not back yet from open waves still within their horizon at
+        ``now``, their allowance passed or not (0 where waves do not come back reliably)."""
+        if not self.reliable:
+            return 0
+        return sum(w.size - w.seen for w in self.open if now - w.start <= w.horizon)
 
     def deadline(self, now: float) -> float:
         """When the open waves still missing returns at ``now`` should be back in full."""
-        allowance = self.allowance
-        pending = [w.start + allowance for w in self.open if w.seen < w.size and now < w.start + allowance]
+        due = [w.start + self.allowance(w) for w in self.open if w.seen < w.size]
+        pending = [t for t in due if now < t]
         return max(pending) if pending else float("-inf")
 
     def back(self, now: float) -> bool:

@@ -65,6 +65,8 @@ class SchedulerConfig:
     quiet_gap: float = 0.005
     # A head that arrived this soon after a forward ended is sustained load (load caps).
     return_horizon: float = 0.010
+    # ... or this share of that forward's duration, if longer (a slow forward's wave takes longer to return).
+    wave_share: float = 0.10
     # The loop that reads requests and the forward thread share one core (the worker sets it).
     shared_core: bool = False
 
@@ -136,7 +138,7 @@ class Scheduler:
         self.arrivals = ArrivalModel(
             link_gap=config.link_gap, busy_link_gap=config.busy_link_gap, quiet_gap=config.quiet_gap
         )
-        self.waves = ReturnModel(horizon=config.return_horizon)
+        self.waves = ReturnModel(horizon=config.return_horizon, share=config.wave_share)
         self.costs = ForwardCost()
         # The fixed cost the cut by length uses, frozen once known: from the seeded
         # curve, else the first estimate after CUT_WARMUP_FORWARDS forwards. A cut that
@@ -147,6 +149,8 @@ class Scheduler:
         self._lane_of: dict[str, str] = {}
         self.running: Batch | None = None
         self.last_forward_end = float("-inf")
+        self.last_forward_seconds = 0.0
+        self.last_forward_requests = 0
         self.ingress_pending = 0
         self.closing = False
         self.forwards_run = 0
@@ -174,7 +178,7 @@ class Scheduler:
     def header_arrived(self, now: float) -> None:
         """A request's headers arrived; it is in ingress until admitted or refused."""
         in_flight = self.ingress_pending > 0 or not self.idle
-        self.arrivals.observe(now, in_flight=in_flight)
+        self.arrivals.observe(now, in_flight=in_flight, returning=self.waves.awaiting(now))
         self.waves.observe(now)
         self.ingress_pending += 1
 
@@ -254,7 +258,8 @@ class Scheduler:
 
     def _under_load(self, queue: BatchQueue) -> bool:
         head = queue.head
-        return head is not None and head.arrival <= self.last_forward_end + self.config.return_horizon
+        horizon = max(self.config.return_horizon, self.config.wave_share * self.last_forward_seconds)
+        return head is not None and head.arrival <= self.last_forward_end + horizon
 
     @property
     def whole_waves(self) -> bool:
@@ -266,11 +271,17 @@ class Scheduler:
         back while the rest of the batch still runs, so they queue behind it and
         split the next wave: both spread the latencies of a closed loop and
         neither adds items/s (the worker is busy either way; the cut by length
-        still runs, so rows stay short)."""
+        still runs, so rows stay short). Only for a batch under load
+        (``_whole_wave``): a burst after idle time keeps early answers."""
         return self.config.whole_waves and self.config.wave_hold and self.waves.reliable
 
+    def _whole_wave(self, queue: BatchQueue) -> bool:
+        """The lane's next batch is a returning wave: its head came back from the
+        last forward (a burst after idle time is not, even while waves are reliable)."""
+        return self.whole_waves and self._under_load(queue)
+
     def _caps_for(self, queue: BatchQueue) -> Caps:
-        if self.whole_waves:
+        if self._whole_wave(queue):
             return self.config.caps
         if self.config.load_caps is not None and not self.closing and self._under_load(queue):
             return self.config.load_caps
@@ -300,12 +311,14 @@ class Scheduler:
         ]
         returning = self.config.wave_hold and self.waves.reliable
         expected = self.waves.expected(now) if returning else 0
+        missing = self.waves.missing(now) if returning else 0
         in_ingress = self.ingress_pending if returning else 0
-        if (expected or in_ingress) and lanes:
+        if (expected or missing or in_ingress) and lanes:
             oldest = min(lanes, key=lambda lane: lane.head_arrival)
             room = self._room(self.queues[oldest.lane])
             in_ingress = min(in_ingress, room)
             expected = min(expected, room - in_ingress)
+            missing = min(missing, room - in_ingress)
         return SchedulerState(
             lanes=lanes,
             busy=self.busy,
@@ -315,10 +328,13 @@ class Scheduler:
             closing=self.closing,
             wave_expected=expected,
             wave_in_ingress=in_ingress,
+            wave_missing=missing,
             wave_deadline=self.waves.deadline(now),
             wave_back=returning and self.waves.back(now),
             fixed_cost=self.costs.fixed,
             shared_core=self.config.shared_core,
+            last_forward_seconds=self.last_forward_seconds,
+            last_forward_requests=self.last_forward_requests,
         )
 
     def decide(self, now: float) -> Decision:
@@ -331,12 +347,13 @@ class Scheduler:
         queue = self.queues.get(decision.lane)
         if queue is None or not queue.pending:
             return None
+        together = self._whole_wave(queue)
         slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
         fixed_tokens = self._cut_fixed_tokens if self.config.sub_forwards else None
         chunks = [[items[j] for j in group] for group in padding.plan(costs, fixed_tokens)]
-        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, self.whole_waves)
+        batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, together)
         self.running = batch
         return batch
 
@@ -346,6 +363,8 @@ class Scheduler:
             raise RuntimeError(f"forward {batch.forward_id} is not the running one")
         self.running = None
         self.last_forward_end = ended
+        self.last_forward_seconds = max(0.0, ended - started)
+        self.last_forward_requests = len(batch.slices)
         self.forwards_run += 1
         finished: list[str] = []
         failed: list[str] = []
@@ -363,13 +382,14 @@ class Scheduler:
             self.costs.observe(batch.padded_cost, ended - started)
             if self._cut_fixed_tokens is None and self.forwards_run >= CUT_WARMUP_FORWARDS:
                 self._cut_fixed_tokens = self.costs.fixed_tokens
-        self.waves.forward_ended(ended, self._answered_at_end(batch, finished))
+        self.waves.forward_ended(ended, self._answered_at_end(batch, finished), ended - started)
         return Completion(finished, failed)
 
     def answered_early(self, now: float, requests: int) -> None:
         """A sub-forward before the last one of the running batch answered
         ``requests`` requests at ``now``: their clients' return is a wave of its own."""
-        self.waves.forward_ended(now, requests)
+        started = self.running.decided if self.running is not None else now
+        self.waves.forward_ended(now, requests, now - started)
 
     @staticmethod
     def _answered_at_end(batch: Batch, finished: Sequence[str]) -> int:

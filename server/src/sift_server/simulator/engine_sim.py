@@ -18,6 +18,14 @@ events at which this loop asks ``Scheduler.decide``:
   earlier and replaces the timer);
 * ``Idle``: nothing happens until the next event.
 
+With a ``SharedLoop`` (a server whose event loop shares the forward's core),
+each request is read and each answer written by the loop one after the
+other: a header arrives when the loop starts reading it, not when the client
+sent it, an answer leaves when the loop has written it, and a forward ends
+once it has had its seconds of the core around the loop's work (checked again
+when its end comes, as later reads may have pushed it). Latencies are then
+measured as the client sees them, from sending to receiving.
+
 Events at the same instant run in a fixed order (forward end, header arrival,
 admission, timer, early answer), then in scheduling order, so a run is
 deterministic. An early answer of a sub-forward decides nothing (the worker
@@ -36,6 +44,7 @@ from typing import Literal, Protocol, runtime_checkable
 from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import Decision, Dispatch, Idle, SchedulerState, WaitUntil
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
+from sift_server.simulator.shared_loop import SharedLoop
 from sift_server.simulator.traces import Arrival, Client
 
 # What a queued request's ``Pending.arrival`` holds: the time it was admitted
@@ -87,6 +96,9 @@ class SimRequest:
     start: float = math.nan
     end: float = math.nan
     forwards: list[int] = field(default_factory=list)
+    # With a shared loop: when the client sent it and when its answer left the server.
+    sent: float = math.nan
+    received: float = math.nan
 
     @property
     def queue_delay(self) -> float:
@@ -94,7 +106,8 @@ class SimRequest:
 
     @property
     def latency(self) -> float:
-        return self.end - self.arrival
+        end = self.end if math.isnan(self.received) else self.received
+        return end - (self.arrival if math.isnan(self.sent) else self.sent)
 
     @property
     def done(self) -> bool:
@@ -169,8 +182,10 @@ class EngineSim:
         max_events: int = 50_000_000,
         arm: str | None = None,
         queue_factory: Callable[[str], BatchQueue] = BatchQueue,
+        loop: SharedLoop | None = None,
     ) -> None:
         self.policy = policy
+        self.loop = loop
         self.arm = arm or policy.name
         self.forward = forward
         self.client = client
@@ -194,7 +209,8 @@ class EngineSim:
         self.now = 0.0
         self.requests: dict[str, SimRequest] = {}
         self.forwards: list[SimForward] = []
-        self._running: tuple[Batch, float] | None = None
+        # The running batch, its start, and the core seconds it needs in all.
+        self._running: tuple[Batch, float, float] | None = None
         self._heap: list[_Event] = []
         self._seq = 0
         self._timer_deadline: float | None = None
@@ -243,6 +259,11 @@ class EngineSim:
             raise SimulationError(f"{arrival.request_id} arrives in the past ({arrival.arrival} < {self.now})")
         if arrival.request_id in self.requests:
             raise SimulationError(f"duplicate request id {arrival.request_id}")
+        sent = math.nan
+        if self.loop is not None:
+            sent = arrival.arrival
+            header, admission = self.loop.reserve(arrival.arrival, self.loop.read)
+            arrival = replace(arrival, arrival=header, admission=admission)
         self.requests[arrival.request_id] = SimRequest(
             request_id=arrival.request_id,
             lane=self.lane_of(arrival),
@@ -252,6 +273,7 @@ class EngineSim:
             cost=arrival.cost,
             group=arrival.group,
             scored=arrival.scored,
+            sent=sent,
         )
         self._push(arrival.arrival, EventKind.ARRIVAL, arrival)
         self._push(arrival.admission, EventKind.ADMISSION, arrival)
@@ -266,8 +288,11 @@ class EngineSim:
             self._end_forward()
         elif event.kind is EventKind.DELIVERY:
             assert isinstance(event.payload, tuple)
-            self.scheduler.answered_early(self.now, len(event.payload))
-            self._answer(event.payload)
+            answered, work = event.payload
+            if self._deferred(work, EventKind.DELIVERY, event.payload):
+                return
+            self.scheduler.answered_early(self.now, len(answered))
+            self._answer(answered)
         else:
             self._timer_deadline = None
 
@@ -281,18 +306,41 @@ class EngineSim:
             lane=self.requests[arrival.request_id].lane,
         )
 
+    def _deferred(self, work: float, kind: EventKind, payload: object) -> bool:
+        """With a shared loop, an event of the running forward that comes once it
+        has had ``work`` seconds of the core: pushed later if the loop's work
+        reserved since its dispatch moved that time."""
+        if self.loop is None or self._running is None:
+            return False
+        due = self.loop.finish(self._running[1], work)
+        if due <= self.now + 1e-12:
+            return False
+        self._push(due, kind, payload)
+        return True
+
     def _end_forward(self) -> None:
         assert self._running is not None
-        batch, started = self._running
+        batch, started, work = self._running
+        if self._deferred(work, EventKind.FORWARD_END, None):
+            return
         self._running = None
+        if self.loop is not None:  # the loop's work may have moved its end
+            self.forwards[-1] = replace(self.forwards[-1], end=self.now)
         done = self.scheduler.complete(batch, started, self.now)
         self._answer([rid for rid in done.finished if not self.requests[rid].done])
 
     def _answer(self, request_ids: Sequence[str]) -> None:
+        released: list[Arrival] = []
         for request_id in request_ids:
-            self.requests[request_id].end = self.now
-            for arrival in self.client.on_complete(request_id, self.now):
-                self._accept(arrival)
+            request = self.requests[request_id]
+            request.end = received = self.now
+            if self.loop is not None:
+                _, received = self.loop.reserve(self.now, self.loop.write)
+                request.received = received
+            released.extend(self.client.on_complete(request_id, received))
+        # The loop reads them in the order they are sent.
+        for arrival in sorted(released, key=lambda a: a.arrival):
+            self._accept(arrival)
 
     # -- deciding -----------------------------------------------------------
 
@@ -331,12 +379,13 @@ class EngineSim:
         if batch is None:
             raise SimulationError(f"{self.policy.name} dispatched empty lane {decision.lane!r}")
         forward_id = len(self.forwards)
-        end = self.now
+        work = 0.0
         for index, chunk in enumerate(batch.chunks):
-            end += _seconds(self.forward, [batch.item_cost(at) for at in chunk])
+            work += _seconds(self.forward, [batch.item_cost(at) for at in chunk])
             answered = tuple(batch.slices[k].pending.request_id for k in batch.answered(index))
             if answered and index < len(batch.chunks) - 1 and not batch.deliver_together:
-                self._push(end, EventKind.DELIVERY, answered)
+                self._push(self._finish(work), EventKind.DELIVERY, (answered, work))
+        end = self._finish(work)
         for piece in batch.slices:
             request = self.requests[piece.pending.request_id]
             if math.isnan(request.start):
@@ -354,8 +403,15 @@ class EngineSim:
                 cost=batch.cost,
             )
         )
-        self._running = (batch, self.now)
+        self._running = (batch, self.now, work)
         self._push(end, EventKind.FORWARD_END, forward_id)
+
+    def _finish(self, work: float) -> float:
+        """When a forward dispatched now has had ``work`` seconds of the core."""
+        if self.loop is None:
+            return self.now + work
+        self.loop.forget(self.now)
+        return self.loop.finish(self.now, work)
 
     def _check_finished(self) -> None:
         unfinished = [r.request_id for r in self.requests.values() if not r.done]
@@ -376,9 +432,17 @@ def simulate(
     config: SchedulerConfig | None = None,
     pending_time: PendingTime = "admission",
     log_decisions: bool = False,
+    loop: SharedLoop | None = None,
 ) -> SimResult:
     """Run one client through one policy on a fresh scheduler."""
     sim = EngineSim(
-        policy, forward, client, caps=caps, config=config, pending_time=pending_time, log_decisions=log_decisions
+        policy,
+        forward,
+        client,
+        caps=caps,
+        config=config,
+        pending_time=pending_time,
+        log_decisions=log_decisions,
+        loop=loop,
     )
     return sim.run()

@@ -51,11 +51,17 @@ class PaddedForward:
     typical_tokens: int = 32
     efficient_tokens: int | None = None
     spill: float = 0.12
+    # Tokens every row carries besides its text (an extractor's labels).
+    row_extra: int = 0
+    # The server's event loop shares the forward's core (``SharedLoop``): its
+    # seconds to read one request and to write one answer; 0, 0: a core of its own.
+    loop_read: float = 0.0
+    loop_write: float = 0.0
 
     def batch_seconds(self, costs: Sequence[int]) -> float:
         if not costs:
             raise ValueError("a forward runs at least one item")
-        slots = len(costs) * max(costs)
+        slots = len(costs) * (max(costs) + self.row_extra)
         factor = 1.0
         if self.efficient_tokens and slots > self.efficient_tokens:
             factor += self.spill * math.log2(slots / self.efficient_tokens)
@@ -75,8 +81,19 @@ GPU_LIKE = LinearForward(a=0.008, b=0.00015, name="gpu")
 CPU_LIKE = LinearForward(a=0.0006, b=0.0009, name="cpu")
 # all-MiniLM-L6-v2 on one CPU core, fitted to its calibration curve (docs/batching.md).
 CPU_TEXT = PaddedForward(a=0.016, per_token=0.00044, name="cpu-text", efficient_tokens=256)
+# The bench's MiniLM-sized GLiClass head (six labels, about 20 tokens on every
+# row) on one core shared with the server's loop, as the bench runs it: forwards
+# of 22 ms for one sentence, about 110 ms for 8 and 430 ms for 32 (docs/batching.md).
+CPU_GLICLASS = PaddedForward(
+    a=0.013, per_token=0.000176, name="cpu-gliclass", row_extra=20, loop_read=0.0003, loop_write=0.0001
+)
 ForwardPreset = LinearForward | PaddedForward
-PRESETS: dict[str, ForwardPreset] = {"gpu": GPU_LIKE, "cpu": CPU_LIKE, "cpu-text": CPU_TEXT}
+PRESETS: dict[str, ForwardPreset] = {
+    "gpu": GPU_LIKE,
+    "cpu": CPU_LIKE,
+    "cpu-text": CPU_TEXT,
+    "cpu-gliclass": CPU_GLICLASS,
+}
 
 
 def fit_linear(points: Mapping[int, float], name: str = "fitted") -> LinearForward:

@@ -1,0 +1,187 @@
+"""Holding for a returning wave that one shared core reads slowly: deterministic,
+on the scheduler itself with the times passed in (no clock, no threads)."""
+
+from __future__ import annotations
+
+import heapq
+
+from sift_server.engine.policy import AdaptivePolicy, Dispatch, TimedPolicy, WaitUntil
+from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
+
+MS = 0.001
+FORWARD = 400 * MS  # a GLiClass-sized forward of 32 on one core
+SPACING = 0.5 * MS  # the loop reads one request after the other: 32 arrive over 15.5 ms
+
+
+def shared_core(**config: float) -> Scheduler:
+    s = Scheduler(AdaptivePolicy(), SchedulerConfig(shared_core=True, **config))  # type: ignore[arg-type]
+    s.seed_costs([(16, 0.020), (256, 0.130), (512, 0.240)])
+    return s
+
+
+class Loop:
+    """A closed loop of clients around ``s``, driven by hand: the clients of a
+    forward come back one header every ``spacing`` from 2 ms after it ended
+    (the loop reads them one after the other), each admitted ``spacing`` / 2
+    later; the scheduler decides at every admission, timer and forward end,
+    as the worker does. Every forward takes ``FORWARD``."""
+
+    def __init__(self, s: Scheduler, spacing: float = SPACING) -> None:
+        self.s, self.spacing = s, spacing
+        self.events: list[tuple[float, int, str]] = []
+        self.timer: float | None = None
+        self.running: tuple[Batch, float] | None = None
+        self.forwards: list[tuple[float, Batch]] = []
+        self.now = 0.0
+
+    def send(self, at: float, rids: list[str]) -> None:
+        for i, rid in enumerate(rids):
+            header = at + 2 * MS + i * self.spacing
+            heapq.heappush(self.events, (header, 1, rid))
+            heapq.heappush(self.events, (header + self.spacing / 2, 2, rid))
+
+    def run(self, until_forwards: int, returning: int | None = None) -> None:
+        """Until ``until_forwards`` forwards started; ``returning``: how many
+        clients of each forward come back (all by default). Stops early when nothing is left to happen."""
+        while len(self.forwards) < until_forwards and (self.events or self.timer is not None):
+            if self.timer is not None and (not self.events or self.timer <= self.events[0][0]):
+                self.now, self.timer = self.timer, None
+            else:
+                self.now, kind, rid = heapq.heappop(self.events)
+                if kind == 1:
+                    self.s.header_arrived(self.now)
+                    continue
+                if kind == 2:
+                    self.s.ingress_ended()
+                    self.s.admit(rid, [16], self.now)
+                else:
+                    assert self.running is not None
+                    batch, started = self.running
+                    self.running = None
+                    done = self.s.complete(batch, started, self.now).finished
+                    back = done if returning is None else done[:returning]
+                    self.send(self.now, [f"{rid.split('.')[0]}.{len(self.forwards)}" for rid in back])
+            decision = self.s.decide(self.now)
+            self.timer = None
+            if isinstance(decision, Dispatch):
+                batch = self.s.take(decision, self.now)
+                assert batch is not None
+                self.running = (batch, self.now)
+                self.forwards.append((self.now, batch))
+                heapq.heappush(self.events, (self.now + FORWARD, 0, ""))
+            elif isinstance(decision, WaitUntil):
+                self.timer = decision.deadline
+
+
+def closed_loop(s: Scheduler, forwards: int, n: int = 32) -> Loop:
+    loop = Loop(s)
+    loop.send(0.0, [f"c{i}.start" for i in range(n)])
+    loop.run(forwards)
+    return loop
+
+
+def sizes(loop: Loop) -> list[int]:
+    return [len(batch.slices) for _, batch in loop.forwards]
+
+
+def test_a_slowly_read_wave_is_held_until_all_of_it_is_back() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    assert s.waves.reliable and s.whole_waves
+    # Once learned, every wave runs whole, though it takes 17.5 ms (more than max_hold) to come back.
+    assert sizes(loop)[-6:] == [32] * 6
+
+
+def test_with_a_fixed_ten_millisecond_bound_the_same_wave_is_cut() -> None:
+    # The rule before the bound scaled with the forward: stragglers miss their wave.
+    s = Scheduler(AdaptivePolicy(wave_share=0.0), SchedulerConfig(shared_core=True, wave_share=0.0))
+    s.seed_costs([(16, 0.020), (256, 0.130), (512, 0.240)])
+    loop = closed_loop(s, 16)
+    assert all(size < 32 for size in sizes(loop)[-6:])
+
+
+def test_the_hold_never_outlasts_a_tenth_of_the_forward() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    assert s.whole_waves
+    # From now on only 20 of each 32 come back: the worker runs the 20 no later
+    # than 10 % of a forward after the last one ended.
+    loop.run(17, returning=20)
+    loop.run(18, returning=20)
+    (previous, _), (start, batch) = loop.forwards[-2:]
+    assert len(batch.slices) == 20
+    assert start <= previous + FORWARD + 0.10 * FORWARD + 1e-9
+
+
+def test_a_burst_after_idle_time_keeps_early_answers_while_waves_are_reliable() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    loop.run(10**6, returning=0)  # the clients go away after the forward that runs now
+    assert s.whole_waves
+    later = loop.now + 1.0  # a second of idle time: nothing is returning
+    for i in range(8):
+        s.header_arrived(later + i * 0.1 * MS)
+        s.ingress_ended()
+        s.admit(f"burst.{i}", [16], later + i * 0.1 * MS)
+    decision = s.decide(later + 1 * MS)
+    while isinstance(decision, WaitUntil):
+        decision = s.decide(decision.deadline)
+    assert isinstance(decision, Dispatch)
+    batch = s.take(decision, later + 1 * MS)
+    assert batch is not None and len(batch.slices) == 8
+    assert not batch.deliver_together
+
+
+def test_a_lone_request_after_idle_time_still_runs_at_once() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    loop.run(10**6, returning=0)
+    later = loop.now + 1.0
+    s.header_arrived(later)
+    s.ingress_ended()
+    s.admit("lone", [16], later)
+    assert s.decide(later) == Dispatch("default", "lone")
+
+
+def test_timed_drains_what_queued_behind_a_forward_of_several_requests() -> None:
+    # The reference's batch former runs the backlog present when a batch ends at once.
+    s = Scheduler(TimedPolicy(), SchedulerConfig())
+    for i in range(4):
+        s.admit(f"a{i}", [16], 0.0)
+    decision = s.decide(3 * MS)
+    assert decision == Dispatch("default", "window")
+    batch = s.take(decision, 3 * MS)
+    assert batch is not None
+    s.admit("behind", [16], 10 * MS)
+    s.complete(batch, 3 * MS, 20 * MS)
+    assert s.decide(20 * MS) == Dispatch("default", "backlog")
+    # After a forward of one request, the reference coalesces again (its idle path).
+    lone = s.take(Dispatch("default", "backlog"), 20 * MS)
+    assert lone is not None
+    s.admit("next", [16], 29 * MS)
+    s.complete(lone, 20 * MS, 30 * MS)
+    assert s.decide(30 * MS) == WaitUntil(32 * MS)
+
+
+def test_a_wave_slower_than_the_learned_ones_is_held_while_its_returns_keep_coming() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    assert sizes(loop)[-1] == 32
+    # The next wave is read at twice the spacing: past the learned allowance, but
+    # arriving steadily, so it is still held whole (within 10 % of the forward).
+    loop.spacing = 2 * SPACING
+    loop.run(20)
+    assert sizes(loop)[-3:] == [32] * 3
+
+
+def test_past_its_allowance_a_wave_that_went_quiet_is_not_waited_for() -> None:
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    loop.run(17, returning=31)  # one client of the next wave never comes back
+    loop.run(18)
+    (previous, _), (start, batch) = loop.forwards[-2:]
+    assert len(batch.slices) == 31
+    # Dispatched once the returns went quiet (3 ms), long before the bound.
+    last_admission = previous + FORWARD + 2 * MS + 30 * SPACING + SPACING / 2
+    assert start < previous + FORWARD + 0.10 * FORWARD
+    assert start <= last_admission + 3 * MS + 1e-9
