@@ -6,8 +6,7 @@ entry that runs on ONNX Runtime or OpenVINO then never needs either, which is
 what keeps the default model's cold start short. A folder without
 ``tokenizer.json`` falls back to transformers' ``AutoTokenizer``.
 The padding and truncation settings saved inside ``tokenizer.json`` are
-ignored: Sift pads per batch and truncates to the entry's limit. BERT WordPiece files take
-a pure-Python path for plain ASCII text (``_wordpiece``), with the same ids.
+ignored: Sift pads per batch and truncates to the entry's limit.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from sift_server.adapters._wordpiece import fast_path
 
 
 class TextTokenizer:
@@ -39,20 +36,8 @@ class RustTokenizer(TextTokenizer):
         self._cut: dict[int, Any] = {}
         self._path = path
         self.pad_token_id = _pad_id(path.parent, self._whole)
-        self._fast = fast_path(json.loads(path.read_text(encoding="utf-8")))
 
     def ids(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
-        if self._fast is None:
-            return self._library_ids(texts, max_length)
-        rows = [self._fast.ids(text, max_length) for text in texts]
-        missing = [index for index, row in enumerate(rows) if row is None]
-        if missing:
-            done = self._library_ids([texts[index] for index in missing], max_length)
-            for index, row in zip(missing, done, strict=True):
-                rows[index] = row
-        return rows  # type: ignore[return-value]
-
-    def _library_ids(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
         tokenizer = self._whole if max_length is None else self._truncating(max_length)
         return [encoding.ids for encoding in tokenizer.encode_batch(list(texts), add_special_tokens=True)]
 
