@@ -363,3 +363,29 @@ def test_a_damaged_decision_record_still_loads(harness: Harness, monkeypatch: py
     path.write_text(json.dumps({"choice": "openvino/bf16", "measured": {"onnx/fp32": "?"}, "timing": [1]}))
     runner, runtime = choose(harness, NoClock())
     assert runner.choice == OV_BF16 and runtime["selected_by"] == "auto (recorded)"
+
+
+def test_a_backend_named_without_a_precision_chooses_among_that_backends_precisions(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `backend: openvino` with no precision: the candidates are openvino's own
+    # precisions; torch fp32 is opened only as the agreement reference and must
+    # never be chosen (nor crash the choice, as a KeyError did).
+    clock = FakeClock()
+    script(monkeypatch, harness, clock, COSTS)
+    harness.request = backends.BackendRequest(backend="openvino", cache_dir=harness.request.cache_dir)
+    runner, runtime = choose(harness, clock)
+    assert runner.choice == OV_BF16
+    assert "seconds" not in runtime["measured"][str(TORCH)]  # the reference is not a candidate: not timed
+    assert [r.choice for r in harness.opened if not r.closed] == [OV_BF16]
+
+
+def test_a_backend_named_without_a_precision_with_one_candidate_takes_it(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    script(monkeypatch, harness, clock, COSTS)
+    harness.request = backends.BackendRequest(backend="onnx", cache_dir=harness.request.cache_dir)
+    runner, _ = choose(harness, clock)
+    assert runner.choice == ONNX
+    assert [r.choice for r in harness.opened if not r.closed] == [ONNX]

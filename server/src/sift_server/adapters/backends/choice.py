@@ -211,20 +211,24 @@ def _decide(
             passing.append(runner)
         else:
             runner.close()
-    # All passing runners stay open through the rounds (that is what interleaving
+    # The reference is a candidate only where the request allows it (``backend:
+    # openvino`` without a precision chooses among OpenVINO's precisions; torch fp32
+    # only checks their answers). None of the allowed ones agreeing: the reference.
+    contenders = [r for r in passing if r.choice in pool] or [reference]
+    # All contenders stay open through the rounds (that is what interleaving
     # needs): on a CPU that is up to four copies of the model at once, briefly.
-    rounds = TIMING_ROUNDS if len(passing) > 1 else 0  # one candidate: nothing to compare
-    samples = time_rounds(passing, evaluate, rounds, clock)
+    rounds = TIMING_ROUNDS if len(contenders) > 1 else 0  # one candidate: nothing to compare
+    samples = time_rounds(contenders, evaluate, rounds, clock)
     timing: dict[str, Any] = {"rounds": rounds, "statistic": "median", "margin": NEAR_MARGIN, "tolerance": tolerance}
     if rounds:
         verdict = pick(samples, pool, NEAR_MARGIN)
-        chosen = next(r for r in passing if r.choice == verdict.choice)
+        chosen = next(r for r in contenders if r.choice == verdict.choice)
         timing["fastest"] = str(verdict.fastest)
         for choice, values in samples.items():
             measured[str(choice)]["seconds"] = round(verdict.medians[choice], 6)
             measured[str(choice)]["samples"] = [round(v, 6) for v in values]
     else:
-        chosen = reference
+        chosen = contenders[0]
     for runner in passing:
         if runner is not chosen:
             runner.close()
