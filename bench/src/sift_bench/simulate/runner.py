@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from sift_bench.simulate.metrics import Summary, summarize
 from sift_server.engine.batch_queue import BatchQueue, Caps
@@ -21,7 +22,6 @@ from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_server.simulator.forward_model import ForwardPreset
 from sift_server.simulator.scenarios import Family, TraceConfig, default_families
-from sift_server.simulator.shared_loop import SharedLoop
 
 OLD_RULES = "adaptive-old"
 # The reference server's timed window: whole waves (no load caps), one forward each.
@@ -31,6 +31,9 @@ SPLIT_WAVES = "adaptive-split"
 # Adaptive with the wave's horizon and hold bounded by a fixed max_hold (10 ms), as
 # before they scaled with the forward: a wave read over a longer span is cut.
 FIXED_HOLD = "adaptive-10ms"
+if TYPE_CHECKING:  # an older revision's sift_server (a --rev arm's) has no shared_loop: import it where used
+    from sift_server.simulator.shared_loop import SharedLoop
+
 ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD)
 
 
@@ -100,6 +103,8 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
 def shared_loop(forward: ForwardPreset) -> SharedLoop | None:
     """A fresh loop for one run where the preset's server reads requests on the forward's core."""
     read, write = getattr(forward, "loop_read", 0.0), getattr(forward, "loop_write", 0.0)
+    from sift_server.simulator.shared_loop import SharedLoop
+
     return SharedLoop(read, write) if read or write else None
 
 
