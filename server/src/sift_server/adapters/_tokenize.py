@@ -16,6 +16,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+
+def pad_rows(
+    rows: Sequence[Sequence[int]], pad_id: int, masks: Sequence[Sequence[int]] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token rows padded to the longest with ``pad_id``, and their attention mask
+    (int64, ``(len(rows), width)``): each row's own ``masks`` entry where given,
+    else 1 over the row's tokens."""
+    width = max(len(row) for row in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        if masks is None:
+            mask[i, : len(row)] = 1
+        else:
+            mask[i, : len(masks[i])] = masks[i]
+    return ids, mask
+
 
 class TextTokenizer:
     """``ids(texts, max_length)``: special tokens added, truncated when a limit is given."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from sift_server.adapters._tokenize import pad_rows
 from sift_server.adapters._torch_runtime import (
     configure_threads,
     module_bytes,
@@ -228,12 +229,8 @@ class ClipAdapter(Adapter):
     def _texts(self, items: Sequence[Tokens]) -> list[np.ndarray]:
         import torch
 
-        width = max(len(item.ids) for item in items)
-        ids = torch.full((len(items), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(items), width), dtype=torch.long)
-        for row, item in enumerate(items):
-            ids[row, : len(item.ids)] = torch.tensor(item.ids)
-            mask[row, : len(item.mask)] = torch.tensor(item.mask)
+        padded_ids, padded_mask = pad_rows([item.ids for item in items], self.pad_id, [item.mask for item in items])
+        ids, mask = torch.from_numpy(padded_ids), torch.from_numpy(padded_mask)
         with torch.inference_mode():
             features = _features(
                 self.model.get_text_features(input_ids=ids.to(self.device), attention_mask=mask.to(self.device))

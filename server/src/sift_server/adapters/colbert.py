@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from sift_server.adapters._tokenize import pad_rows
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import (
     Adapter,
@@ -224,13 +225,12 @@ class ColbertAdapter(Adapter):
     # ---- forward (executor thread) --------------------------------------
 
     def _embed(self, sequences: list[Tokens]) -> list[torch.Tensor]:
-        width = max(len(s.ids) for s in sequences)
-        ids = torch.full((len(sequences), width), self.expansion_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, s in enumerate(sequences):
-            ids[i, : len(s.ids)] = torch.tensor(s.ids)
-            mask[i, : len(s.attention)] = torch.tensor(s.attention)
-        inputs = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+        ids, mask = pad_rows([s.ids for s in sequences], self.expansion_id, [s.attention for s in sequences])
+        width = ids.shape[1]
+        inputs = {
+            "input_ids": torch.from_numpy(ids).to(self.device),
+            "attention_mask": torch.from_numpy(mask).to(self.device),
+        }
         if self._token_types:
             inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
         with torch.inference_mode():

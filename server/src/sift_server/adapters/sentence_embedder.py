@@ -18,7 +18,7 @@ import numpy as np
 from sift_server.adapters import backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
-from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
+from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer, pad_rows
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
 from sift_server.forward_io import split_by_parts
@@ -207,12 +207,7 @@ def _embed(
     runner: backends.Runner, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, normalize: bool
 ) -> np.ndarray:
     """Pad ``rows``, run the transformer, pool and (maybe) L2-normalize: float32 (n, hidden)."""
-    width = max(len(r) for r in rows)
-    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for i, row in enumerate(rows):
-        input_ids[i, : len(row)] = row
-        mask[i, : len(row)] = 1
+    input_ids, mask = pad_rows(rows, pad_id)
     hidden = runner({"input_ids": input_ids, "attention_mask": mask}).astype(np.float32, copy=False)
     if pooling == "cls":
         pooled = hidden[:, 0]
