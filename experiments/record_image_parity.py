@@ -23,7 +23,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sift_bench.reference.server import model_loaded, reference_venv  # noqa: E402
+from sift_bench.reference.server import (  # noqa: E402
+    model_loaded,
+    reference_launcher,
+    reference_venv,
+    serve_command,
+)
 from sift_server.processes import free_port, spawn, wait_ready  # noqa: E402
 from tests.fixtures.image_cases import image_cases  # noqa: E402
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip  # noqa: E402
@@ -70,11 +75,7 @@ def main() -> None:
             (models / (name.replace("/", "__") + ".yaml")).write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        command = [
-            str(venv / "bin" / "sie-server"), "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--device", "cpu", "--models-dir", str(models), "--models", ",".join(folders),
-            "--preload", ",".join(folders), "--local-cache", str(root / "cache"), "--no-hf-fallback",
-        ]  # fmt: skip
+        command = serve_command(reference_launcher(venv), port, models, list(folders), root / "cache")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "SIE_LOG_LEVEL": "WARNING"}
         server = spawn("sie-server", command, root / "server.log", env=env, own_session=True)
         try:

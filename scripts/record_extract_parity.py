@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from sift_bench.reference.server import model_loaded
+from sift_bench.reference.server import model_loaded, reference_launcher, serve_command
 from sift_server.processes import free_port, spawn, wait_ready
 from tests.adapters.parity.cases import CASES, FIXTURE, GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL, SCHEMA
 from tests.fixtures.tiny_models import build_tiny_gliner2, build_tiny_gliner_bi, build_tiny_nli
@@ -106,12 +106,7 @@ def main() -> None:
         seed = hash_seed(python, list(SCHEMA["properties"]))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        names = ",".join(configs)
-        command = [
-            str(args.venv / "bin" / "sie-server"), "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--device", "cpu", "--models-dir", str(models), "--models", names, "--preload", names,
-            "--local-cache", str(root / "cache"), "--no-hf-fallback",
-        ]  # fmt: skip
+        command = serve_command(reference_launcher(args.venv), port, models, list(configs), root / "cache")
         env = {
             **os.environ,
             "PYTHONHASHSEED": str(seed),

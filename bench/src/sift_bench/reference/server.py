@@ -33,6 +33,25 @@ def reference_launcher(venv: Path | None = None) -> list[str]:
     return [str((venv or reference_venv()) / "bin" / "sie-server")]
 
 
+def serve_command(
+    launcher: Sequence[str], port: int, models_dir: Path, models: Sequence[str], cache: Path
+) -> list[str]:
+    """``sie-server serve`` on the CPU and offline, with ``models`` (names in
+    ``models_dir``) preloaded: the bench's arm and the parity recorders start it so."""
+    names = ",".join(models)
+    return [
+        *launcher, "serve",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--device", "cpu",
+        "--models-dir", str(models_dir),
+        "--models", names,
+        "--preload", names,
+        "--local-cache", str(cache),
+        "--no-hf-fallback",
+    ]  # fmt: skip
+
+
 def model_loaded(url: str, model: str) -> bool:
     """Whether the reference server at ``url`` reports ``model`` loaded."""
     try:
@@ -59,16 +78,8 @@ class ReferenceServer(ArmServer):
         models = write_models_dir(run_dir / "models", spec.model, spec.catalogs)
         self.command = [
             *pin_prefix(spec.cpus),
-            *self.launcher, "serve",
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--device", "cpu",
-            "--models-dir", str(models),
-            "--models", spec.model,
-            "--preload", spec.model,
-            "--local-cache", str(run_dir / "cache"),
-            "--no-hf-fallback",
-        ]  # fmt: skip
+            *serve_command(self.launcher, self.port, models, [spec.model], run_dir / "cache"),
+        ]
         threads = str(spec.torch_threads)
         env = child_env(extra={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "SIE_LOG_LEVEL": "WARNING"})
         started = time.perf_counter()
