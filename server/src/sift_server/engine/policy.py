@@ -14,8 +14,18 @@ from typing import Literal, Protocol
 
 from sift_server.engine.arrivals import ArrivalView
 
-Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing"]
-REASONS: tuple[Reason, ...] = ("lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "closing")
+Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "half", "closing"]
+REASONS: tuple[Reason, ...] = (
+    "lone",
+    "burst-complete",
+    "full",
+    "window",
+    "max-wait",
+    "backlog",
+    "wave",
+    "half",
+    "closing",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,11 @@ class SchedulerState:
     last_forward_seconds: float = 0.0
     # Requests the last forward answered (the reference's timed window drains after a batch).
     last_forward_requests: int = 0
+    # Returns not back yet from open waves (in ingress or still due), not limited to a batch's room.
+    wave_outstanding: int = 0
+    # Seconds a wave of the whole loop (queued, running and outstanding requests)
+    # takes to come back in full after its forward, as learned (0 while unknown).
+    wave_span: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +181,36 @@ def wave_hold(
     return WaitUntil(until)
 
 
+def halves(state: SchedulerState, lane: LaneView, now: float, max_hold: float, wave_share: float) -> Decision | None:
+    """Closed-loop clients whose wave comes back too slowly to hold for: run
+    the loop as two halves.
+
+    A hold for a returning wave may last ``hold_bound`` (a tenth of the forward
+    the wave comes from). A client that handles its answers one by one (an
+    HTTP client library in Python) spreads a wave of 32 over more than that;
+    cut at the bound, the wave's stragglers wait a whole forward more, and the
+    loop drifts into uneven groups. Two halves that alternate keep the core
+    busy, and every request waits the same cycle, the other half's forward
+    then its own, as long as the halves stay whole: so a half runs once at
+    least half of the loop is queued (in steady state the other half came back
+    while this one ran), and while fewer are queued the worker waits for the
+    returning ones, at most until the whole wave would be back.
+
+    Used where the whole loop's wave (queued, running and returning requests)
+    took longer to come back than ``hold_bound`` allows for the forward of the
+    whole loop; only on a shared core, only with waves that come back reliably."""
+    if not state.shared_core or not state.wave_span:
+        return None
+    loop = lane.requests + state.wave_outstanding
+    whole_forward = state.last_forward_seconds * loop / max(1, state.last_forward_requests)
+    if state.wave_span <= max(max_hold, wave_share * whole_forward):
+        return None
+    if 2 * lane.requests >= loop:
+        return Dispatch(lane.lane, "half")
+    until = max(lane.head_arrival + max_hold, state.last_forward_end + state.wave_span)
+    return WaitUntil(until) if now < until else Dispatch(lane.lane, "half")
+
+
 @dataclass(frozen=True, slots=True)
 class ImmediatePolicy:
     """Dispatch whatever is queued the moment the executor is free."""
@@ -246,6 +291,10 @@ class AdaptivePolicy:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
+        if state.wave_outstanding:
+            paced = halves(state, lane, now, self.max_hold, self.wave_share)
+            if paced is not None:
+                return paced
         held = wave_hold(state, lane, now, self.max_hold, self.wave_share, self.backlog_quiet)
         if held is not None:
             return held

@@ -37,9 +37,10 @@ closed loop) says nothing about how waves come back, so it counts neither
 way; a few returns too spread to be a wave count as 0.
 
 A wave's horizon is ``horizon``, or ``share`` of its forward's duration if
-longer: on one shared core the loop reads a wave's requests one after the
-other (tens of milliseconds for 32 after a forward of several hundred), and a
-fixed horizon would never see such a wave complete.
+longer, counted from its latest return once one came: on one shared core the
+loop reads a wave's requests one after the other (tens of milliseconds for 32
+after a forward of several hundred), a slow client sends them one after the
+other too, and a fixed horizon would never see such a wave complete.
 
 A wave is open from the end of its forward until the next forward ends; the
 policy decides whether holding for it pays (see ``engine.policy``).
@@ -95,7 +96,7 @@ class ReturnModel:
 
     def awaiting(self, now: float) -> bool:
         """A wave of at least ``min_size`` requests is open at ``now`` and not all back."""
-        return any(w.size >= self.min_size and w.seen < w.size and now - w.start <= w.horizon for w in self.open)
+        return any(w.size >= self.min_size and w.seen < w.size and now <= self._closes_at(w) for w in self.open)
 
     def observe(self, now: float) -> None:
         """One arrival (request headers received): the return of the oldest
@@ -112,8 +113,16 @@ class ReturnModel:
             wave.last_delay = now - wave.start
 
     def _expire(self, now: float) -> None:
-        while self.open and now - self.open[0].start > self.open[0].horizon:
+        while self.open and now > self._closes_at(self.open[0]):
             self._close(self.open.popleft())
+
+    @staticmethod
+    def _closes_at(wave: Wave) -> float:
+        """A wave is open ``horizon`` after its forward ended, or after its
+        latest return if one came: a slow client (one core handling the answers
+        one by one) sends its first request tens of milliseconds after the
+        forward, and the others one after the other."""
+        return wave.start + wave.last_delay + wave.horizon
 
     def _close(self, wave: Wave) -> None:
         if wave.size < self.min_size or wave.seen == 0:
@@ -145,15 +154,19 @@ class ReturnModel:
         times the slowest recent complete wave at least as large (the next
         one's slowest return is often a little later), or the largest one's
         delay scaled to this wave's size; within its horizon."""
+        return min(wave.last_delay + wave.horizon, self.margin * self.span(wave.size))
+
+    def span(self, size: int) -> float:
+        """How long after its forward a wave of ``size`` takes to come back in
+        full, from the recent complete waves: the slowest one at least as
+        large, or the largest one's delay scaled to ``size`` (0 while unknown)."""
         if not self.delays:
             return 0.0
-        larger = [delay for size, delay in self.delays if size >= wave.size]
+        larger = [delay for known, delay in self.delays if known >= size]
         if larger:
-            delay = max(larger)
-        else:
-            size, slowest = max(self.delays)
-            delay = slowest * wave.size / size
-        return min(wave.horizon, self.margin * delay)
+            return max(larger)
+        known, slowest = max(self.delays)
+        return slowest * size / known
 
     def expected(self, now: float) -> int:
         """Returns still expected at ``now`` from open waves whose allowance
@@ -167,7 +180,7 @@ class ReturnModel:
         ``now``, their allowance passed or not (0 where waves do not come back reliably)."""
         if not self.reliable:
             return 0
-        return sum(w.size - w.seen for w in self.open if now - w.start <= w.horizon)
+        return sum(w.size - w.seen for w in self.open if now <= self._closes_at(w))
 
     def deadline(self, now: float) -> float:
         """When the open waves still missing returns at ``now`` should be back in full."""

@@ -319,6 +319,8 @@ class Scheduler:
             in_ingress = min(in_ingress, room)
             expected = min(expected, room - in_ingress)
             missing = min(missing, room - in_ingress)
+        outstanding = self.waves.missing(now) + self.ingress_pending if returning else 0
+        loop = sum(lane.requests for lane in lanes) + outstanding
         return SchedulerState(
             lanes=lanes,
             busy=self.busy,
@@ -335,6 +337,8 @@ class Scheduler:
             shared_core=self.config.shared_core,
             last_forward_seconds=self.last_forward_seconds,
             last_forward_requests=self.last_forward_requests,
+            wave_outstanding=outstanding,
+            wave_span=self.waves.span(loop) if outstanding else 0.0,
         )
 
     def decide(self, now: float) -> Decision:
@@ -347,7 +351,9 @@ class Scheduler:
         queue = self.queues.get(decision.lane)
         if queue is None or not queue.pending:
             return None
-        together = self._whole_wave(queue)
+        # Under load, a batch answers together even before waves are known to come back:
+        # early answers send their clients back mid-forward and fragment the loop.
+        together = self._whole_wave(queue) or (self.config.whole_waves and self._under_load(queue))
         slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]

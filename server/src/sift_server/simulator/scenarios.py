@@ -46,6 +46,9 @@ class TraceConfig:
     closed_clients: tuple[int, ...] = (8, 32)
     closed_per_client: int = 60
     closed_turnaround: float = 0.002
+    # A slow client (one core handling answers one by one, as an SDK in
+    # Python does): its seconds per answer, for the closed loops on sentences.
+    closed_client_cost: float = 0.0015
 
 
 def family_seed(seed: int, name: str) -> int:
@@ -115,9 +118,14 @@ def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) ->
         )
     # Varied lengths only where the forward model prices them (padding).
     lengths: tuple[Lengths, ...] = ("sentences", "mixed") if isinstance(forward, PaddedForward) else ("fixed",)
-    for text in lengths:
+    variants: list[tuple[Lengths, float]] = [(text, 0.0) for text in lengths]
+    if "sentences" in lengths and config.closed_client_cost > 0:
+        variants.append(("sentences", config.closed_client_cost))
+    for text, client_cost in variants:
         for clients in config.closed_clients:
             name = f"closed{clients}" if text == "fixed" else f"closed{clients}-{text}"
+            if client_cost:
+                name += "-slowclient"
             add(
                 name,
                 "closed",
@@ -129,6 +137,7 @@ def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) ->
                     family_seed(config.seed, name),
                     ingress=config.ingress,
                     lengths=text,
+                    client_cost=client_cost,
                 ),
             )
     return families

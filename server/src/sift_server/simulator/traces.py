@@ -196,7 +196,12 @@ class ClosedLoopClient:
     (± ``jitter``) after its previous answer, ``per_client`` requests each, one
     text per request of ``lengths`` (``mixed_cost``, ``sentence_cost``, or
     ``fixed_cost`` tokens each). The first ``warmup`` requests of each caller
-    are not scored."""
+    are not scored.
+
+    ``client_cost`` > 0 is a client on one core of its own that handles one
+    answer after the other (an HTTP client library in Python spends about a
+    millisecond on each): the answers of one forward come back as requests
+    spread over ``client_cost`` each, not within the turnaround's jitter."""
 
     clients: int
     per_client: int
@@ -208,14 +213,23 @@ class ClosedLoopClient:
     fixed_cost: int = DEFAULT_COST
     max_tokens: int = 256
     warmup: int = 5
+    client_cost: float = 0.0
     family: str = "closed"
     kind: Kind = "closed"
     _rng: random.Random = field(init=False)
     _sent: dict[int, int] = field(default_factory=dict, init=False)
     _last: float = field(default=0.0, init=False)
+    # When the client's core is free to handle the next answer.
+    _client_free: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
-        if self.clients < 1 or self.per_client < 1 or self.turnaround < 0 or not 0 <= self.jitter <= self.turnaround:
+        if (
+            self.clients < 1
+            or self.per_client < 1
+            or self.turnaround < 0
+            or not 0 <= self.jitter <= self.turnaround
+            or self.client_cost < 0
+        ):
             raise ValueError("invalid closed-loop trace parameters")
         self._rng = random.Random(f"closed:{self.seed}")
 
@@ -228,8 +242,9 @@ class ClosedLoopClient:
         caller = int(request_id[1:].split(".")[0])
         if self._sent[caller] >= self.per_client:
             return []
+        handled = self._client_free = max(now, self._client_free) + self.client_cost
         delay = self.turnaround + self._rng.uniform(-self.jitter, self.jitter)
-        return [self._issue(caller, now + delay)]
+        return [self._issue(caller, handled + delay)]
 
     def _cost(self) -> int:
         if self.lengths == "mixed":
@@ -299,9 +314,11 @@ def closed_loop(
     ingress: float = DEFAULT_INGRESS,
     jitter: float | None = None,
     lengths: Lengths = "mixed",
+    client_cost: float = 0.0,
 ) -> ClosedLoopClient:
     return ClosedLoopClient(
         lengths=lengths,
+        client_cost=client_cost,
         clients=clients,
         per_client=per_client,
         turnaround=turnaround,
