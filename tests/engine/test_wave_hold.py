@@ -4,6 +4,7 @@ on the scheduler itself with the times passed in (no clock, no threads)."""
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 
 from sift_server.engine.policy import AdaptivePolicy, Dispatch, TimedPolicy, WaitUntil
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
@@ -185,3 +186,54 @@ def test_past_its_allowance_a_wave_that_went_quiet_is_not_waited_for() -> None:
     last_admission = previous + FORWARD + 2 * MS + 30 * SPACING + SPACING / 2
     assert start < previous + FORWARD + 0.10 * FORWARD
     assert start <= last_admission + 3 * MS + 1e-9
+
+
+def slow_client_loop(s: Scheduler, forwards: int, n: int = 32) -> Loop:
+    # A client that handles its answers one by one: 32 returns over 110 ms, more than
+    # a hold for them may last (a tenth of the forward; this loop's forwards all take
+    # 400 ms, so the policy, which scales a half's forward to the whole loop, allows 80 ms).
+    loop = Loop(s, spacing=3.5 * MS)
+    loop.send(0.0, [f"c{i}.start" for i in range(n)])
+    loop.run(forwards)
+    return loop
+
+
+def test_a_wave_too_slow_to_hold_runs_as_two_halves_that_stay_whole() -> None:
+    s = shared_core()
+    loop = slow_client_loop(s, 24)
+    assert s.waves.reliable
+    last = loop.forwards[-8:]
+    assert [len(batch.slices) for _, batch in last] == [16] * 8
+    assert {batch.reason for _, batch in last} == {"half"}
+    # The halves alternate: each forward holds the clients of the one before the last.
+    clients = [{rid.split(".")[0] for rid in batch.request_ids} for _, batch in last]
+    assert all(clients[i] == clients[i + 2] and not clients[i] & clients[i + 1] for i in range(6))
+    # In steady state the other half is back before this one ends: no wait between forwards.
+    for (start, _), (next_start, _) in zip(last, last[1:], strict=False):
+        assert abs(next_start - start - FORWARD) < 1e-9
+
+
+def test_the_same_slow_wave_cut_at_the_hold_bound_splits_unevenly_without_halves() -> None:
+    # The rule before halves (a policy without them): stragglers miss their wave, and
+    # the loop drifts into groups of uneven size.
+    class WithoutHalves(AdaptivePolicy):
+        def decide(self, state, now):  # type: ignore[no-untyped-def]
+            return super().decide(replace(state, wave_outstanding=0), now)
+
+    s = Scheduler(WithoutHalves(), SchedulerConfig(shared_core=True))
+    s.seed_costs([(16, 0.020), (256, 0.130), (512, 0.240)])
+    loop = slow_client_loop(s, 24)
+    assert len(set(sizes(loop)[-8:])) > 1
+
+
+def test_a_half_waits_for_the_returning_clients_at_most_until_the_whole_wave_would_be_back() -> None:
+    s = shared_core()
+    loop = slow_client_loop(s, 24)
+    span = s.waves.margin * s.waves.span(32)
+    assert span > 0.10 * FORWARD
+    # Now only 4 of each half come back: the worker runs them no later than the
+    # learned span after the forward ended.
+    loop.run(25, returning=4)
+    loop.run(27, returning=4)
+    (previous, _), (start, batch) = loop.forwards[-2:]
+    assert start <= previous + FORWARD + span + 1e-9

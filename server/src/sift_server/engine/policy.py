@@ -72,8 +72,10 @@ class SchedulerState:
     # Returns not back yet from open waves (in ingress or still due), not limited to a batch's room.
     wave_outstanding: int = 0
     # Seconds a wave of the whole loop (queued, running and outstanding requests)
-    # takes to come back in full after its forward, as learned (0 while unknown).
+    # took to come back in full after its forward, as learned (engine.returns; 0
+    # while unknown), and how long it may take (the return model's margin on it).
     wave_span: float = 0.0
+    wave_allowance: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +209,7 @@ def halves(state: SchedulerState, lane: LaneView, now: float, max_hold: float, w
         return None
     if 2 * lane.requests >= loop:
         return Dispatch(lane.lane, "half")
-    until = max(lane.head_arrival + max_hold, state.last_forward_end + state.wave_span)
+    until = max(lane.head_arrival + max_hold, state.last_forward_end + state.wave_allowance)
     return WaitUntil(until) if now < until else Dispatch(lane.lane, "half")
 
 
