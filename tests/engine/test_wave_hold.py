@@ -4,6 +4,7 @@ on the scheduler itself with the times passed in (no clock, no threads)."""
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import replace
 
 from sift_server.engine.policy import AdaptivePolicy, Dispatch, TimedPolicy, WaitUntil
@@ -209,7 +210,7 @@ def test_a_wave_too_slow_to_hold_runs_as_two_halves_that_stay_whole() -> None:
     clients = [{rid.split(".")[0] for rid in batch.request_ids} for _, batch in last]
     assert all(clients[i] == clients[i + 2] and not clients[i] & clients[i + 1] for i in range(6))
     # In steady state the other half is back before this one ends: no wait between forwards.
-    for (start, _), (next_start, _) in zip(last, last[1:], strict=False):
+    for (start, _), (next_start, _) in itertools.pairwise(last):
         assert abs(next_start - start - FORWARD) < 1e-9
 
 
@@ -235,5 +236,5 @@ def test_a_half_waits_for_the_returning_clients_at_most_until_the_whole_wave_wou
     # learned span after the forward ended.
     loop.run(25, returning=4)
     loop.run(27, returning=4)
-    (previous, _), (start, batch) = loop.forwards[-2:]
+    (previous, _), (start, _) = loop.forwards[-2:]
     assert start <= previous + FORWARD + span + 1e-9
