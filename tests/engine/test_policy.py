@@ -139,14 +139,18 @@ def test_adaptive_learns_a_burst_and_fuses_the_next_one_whole() -> None:
     burst(h, 8, 0.2 * MS, "a")
     h.settle()
     h.clock.advance(50 * MS)
-    # The second burst: the model expects 8 and dispatches the moment the 8th arrives.
+    # The second burst: the model expects 8, and once the 8th arrived waits only
+    # ``follow_gap`` for a ninth (a burst may be bigger than the last one).
     for i in range(8):
         if i:
             h.clock.advance(0.2 * MS)
         h.arrive(f"b{i}")
         decision = h.decide()
-        if i < 7:
-            assert isinstance(decision, WaitUntil), (i, decision)
+        assert isinstance(decision, WaitUntil), (i, decision)
+    assert decision.deadline == pytest.approx(h.clock() + h.arrivals.follow_gap)
+    assert h.arrivals.follow_gap < 2 * MS
+    h.clock.now = decision.deadline
+    decision = h.decide()
     assert decision == Dispatch("default", "burst-complete")
     assert len(h.dispatch(decision)) == 8
 
@@ -321,16 +325,41 @@ def test_adaptive_holds_a_burst_bigger_than_learned_until_it_goes_quiet() -> Non
     assert decision.deadline == pytest.approx(h.clock() + h.arrivals.follow_gap)
     h.clock.now = decision.deadline
     decision = h.decide()
-    assert decision == Dispatch("default", "window")
+    assert decision == Dispatch("default", "burst-complete")
     assert len(h.dispatch(decision)) == 12
     h.run_forward(1 * MS)
     h.clock.advance(50 * MS)
-    # The next burst of 12 was learned: dispatched the moment it is complete.
+    # The next burst of 12 was learned: dispatched once it is complete and quiet.
     for i in range(12):
         if i:
             h.clock.advance(0.2 * MS)
         h.arrive(f"c{i}")
+    decision = h.decide()
+    assert isinstance(decision, WaitUntil)
+    h.clock.now = decision.deadline
     assert h.decide() == Dispatch("default", "burst-complete")
+
+
+def test_adaptive_does_not_cut_a_bigger_burst_at_the_learned_size() -> None:
+    # A closed loop of 32 starting after bursts of 8 were learned: its requests are read
+    # one after the other, and the worker decides at each admission. Before, the first 8
+    # ran as a complete burst and the other 24 waited a whole forward.
+    h = Harness(AdaptivePolicy(max_hold=10 * MS))
+    for b in range(3):
+        burst(h, 8, 0.2 * MS, f"a{b}-")
+        h.settle()
+        h.clock.advance(50 * MS)
+    forwards = []
+    for i in range(32):
+        if i:
+            h.clock.advance(0.2 * MS)
+        h.arrive(f"c{i}")
+        decision = h.decide()
+        if isinstance(decision, Dispatch):
+            forwards.append(len(h.dispatch(decision)))
+            h.run_forward(1 * MS)
+    forwards.extend(len(ids) for _, ids in h.settle())
+    assert forwards == [32]
 
 
 def test_adaptive_hold_that_outlives_the_cluster_is_labelled_window() -> None:

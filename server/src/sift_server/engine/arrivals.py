@@ -28,9 +28,10 @@ sequential phase would hide the first burst after it. With no history at all
 What is learned. A closed isolated cluster teaches the expected size of the
 next isolated one: its size if it was a burst, else 1 (lone traffic). Only an
 isolated cluster after learned bursts expects unseen followers; one that
-outgrows the learned size expects one more until it goes quiet, so a first
-burst of 32 after bursts of 8 is not cut at 8 when its later requests are
-already arriving. The shape of the last ``gap_memory`` bursts sets
+reaches or outgrows the learned size expects one more until it goes quiet, so a
+first burst of 32 after bursts of 8 is not cut at 8 while its later requests
+are still being read (the 24 cut off would wait a whole forward; the wait
+costs ``follow_gap``, a millisecond or two). The shape of the last ``gap_memory`` bursts sets
 ``follow_gap``, how long after the latest arrival a burst may still grow:
 twice their widest gap, and while only a few bursts are remembered at least a
 shrinking multiple of their mean gap (one burst's widest gap underestimates
@@ -94,6 +95,8 @@ class ArrivalView:
     unseen_followers: int = 0
     expects_burst: bool = False
     follow_gap: float = 0.0
+    # The latest cluster reached the learned burst size (``ArrivalModel.at_learned_size``).
+    at_learned_size: bool = False
 
 
 @dataclass(slots=True)
@@ -209,14 +212,20 @@ class ArrivalModel:
         """Arrivals still predicted for the latest cluster beyond those seen.
 
         Only an isolated cluster after learned bursts predicts any. Once it
-        outgrew the learned size, its size is unknown: one more is expected
-        until it goes quiet. The caller decides how long to wait for them
+        reached the learned size, its size is unknown (the next burst may be
+        larger): one more is expected until it goes quiet. The caller decides how long to wait for them
         (``follow_gap`` after the latest arrival)."""
         if self.cluster_size == 0 or not self.cluster_isolated or self.expected_size < 2:
             return 0
         if self.cluster_size < self.expected_size:
             return self.expected_size - self.cluster_size
-        return 1 if self.cluster_size > self.expected_size else 0
+        return 1
+
+    @property
+    def at_learned_size(self) -> bool:
+        """The latest cluster is isolated and has as many arrivals as the learned
+        burst (or more): once it goes quiet, it is that burst, complete."""
+        return self.cluster_isolated and self.expected_size >= 2 and self.cluster_size >= self.expected_size
 
     @property
     def follow_gap(self) -> float:
@@ -233,4 +242,6 @@ class ArrivalModel:
         return min(max(self.link_gap, self.busy_link_gap), max(self.min_follow_gap, allowance))
 
     def view(self) -> ArrivalView:
-        return ArrivalView(self.last_arrival, self.unseen_followers, self.expects_burst, self.follow_gap)
+        return ArrivalView(
+            self.last_arrival, self.unseen_followers, self.expects_burst, self.follow_gap, self.at_learned_size
+        )

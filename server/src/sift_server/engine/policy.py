@@ -72,8 +72,9 @@ class SchedulerState:
     # Returns not back yet from open waves (in ingress or still due), not limited to a batch's room.
     wave_outstanding: int = 0
     # Seconds a wave of the whole loop (queued, running and outstanding requests)
-    # took to come back in full after its forward, as learned (engine.returns; 0
-    # while unknown), and how long it may take (the return model's margin on it).
+    # takes to come back in full after its forward, scaled by size from the
+    # learned waves, and how long it may take (the return model's margin on the
+    # slowest learned wave at least as large; engine.returns). 0 while unknown.
     wave_span: float = 0.0
     wave_allowance: float = 0.0
 
@@ -260,7 +261,8 @@ class TimedPolicy:
 @dataclass(frozen=True, slots=True)
 class AdaptivePolicy:
     """Dispatch a lone request at once; hold an idle worker only while a burst
-    is expected, and dispatch the moment the expected burst is complete.
+    is expected, and dispatch once the expected burst is complete and quiet
+    for ``follow_gap`` (the next burst may be bigger than the learned one).
 
     In order, for the oldest head (after the shared rules): hold for the rest
     of a returning wave where that pays (``wave_hold``); run a wave that is
@@ -330,8 +332,8 @@ class AdaptivePolicy:
         if arrivals.unseen_followers > 0:
             quiet_at = max(lane.last_arrival, arrivals.last_arrival) + arrivals.follow_gap
             if now >= quiet_at:
-                # The burst came out smaller than predicted.
-                return Dispatch(lane.lane, "window")
+                # The burst is complete, or came out smaller than predicted.
+                return Dispatch(lane.lane, "burst-complete" if arrivals.at_learned_size else "window")
             return WaitUntil(min(quiet_at, hold_until))
         return Dispatch(lane.lane, "lone" if lane.requests == 1 else "burst-complete")
 

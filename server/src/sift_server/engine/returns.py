@@ -168,6 +168,13 @@ class ReturnModel:
         known, slowest = max(self.delays)
         return slowest * size / known
 
+    def scaled_span(self, size: int) -> float:
+        """The time a wave of ``size`` takes to come back, scaled from every
+        recent complete wave by size (the slowest per request); unlike
+        ``span``, a wave of 8 after waves of 32 is not taken to be as slow as
+        they were (0 while unknown)."""
+        return max((delay * size / known for known, delay in self.delays), default=0.0)
+
     def expected(self, now: float) -> int:
         """Returns still expected at ``now`` from open waves whose allowance
         has not passed (0 where waves do not come back reliably)."""

@@ -321,7 +321,6 @@ class Scheduler:
             missing = min(missing, room - in_ingress)
         outstanding = self.waves.missing(now) + self.ingress_pending if returning else 0
         loop = sum(lane.requests for lane in lanes) + outstanding
-        span = self.waves.span(loop) if outstanding else 0.0
         return SchedulerState(
             lanes=lanes,
             busy=self.busy,
@@ -339,8 +338,8 @@ class Scheduler:
             last_forward_seconds=self.last_forward_seconds,
             last_forward_requests=self.last_forward_requests,
             wave_outstanding=outstanding,
-            wave_span=span,
-            wave_allowance=self.waves.margin * span,
+            wave_span=self.waves.scaled_span(loop) if outstanding else 0.0,
+            wave_allowance=self.waves.margin * self.waves.span(loop) if outstanding else 0.0,
         )
 
     def decide(self, now: float) -> Decision:
