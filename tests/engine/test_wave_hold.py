@@ -238,3 +238,39 @@ def test_a_half_waits_for_the_returning_clients_at_most_until_the_whole_wave_wou
     loop.run(27, returning=4)
     (previous, _), (start, _) = loop.forwards[-2:]
     assert start <= previous + FORWARD + span + 1e-9
+
+
+def test_clients_answered_early_by_a_burst_are_not_held_for_the_rest_of_its_wave() -> None:
+    # The start of a closed loop of 32 after idle time: one burst, cut into a short and
+    # a long sub-forward. The clients of the short one are answered early, come back
+    # while the long one runs, and wait for it; held for the rest of the burst's wave they
+    # would wait a second whole forward.
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    loop.run(10**6, returning=0)  # waves are learned; then the clients go away
+    assert s.whole_waves
+    idle = loop.now + 1.0
+    for i in range(32):
+        s.header_arrived(idle + i * 0.1 * MS)
+        s.ingress_ended()
+        s.admit(f"b{i}", [8 if i < 6 else 60], idle + i * 0.1 * MS)
+    now = idle + 4 * MS
+    decision = s.decide(now)
+    while isinstance(decision, WaitUntil):
+        now = decision.deadline
+        decision = s.decide(now)
+    assert isinstance(decision, Dispatch)
+    batch = s.take(decision, now)
+    assert batch is not None and not batch.deliver_together and len(batch.chunks) == 2
+    early = [batch.slices[k].pending.request_id for k in batch.answered(0)]
+    s.answered_early(now + 50 * MS, len(early))
+    for i, rid in enumerate(early):  # they come back while the long sub-forward runs
+        s.header_arrived(now + 55 * MS + i * MS)
+        s.ingress_ended()
+        s.admit(f"{rid}.2", [8], now + 55 * MS + i * MS)
+    end = now + FORWARD
+    s.complete(batch, now, end)
+    decision = s.decide(end)
+    assert decision == Dispatch("default", "backlog")
+    again = s.take(decision, end)
+    assert again is not None and len(again.slices) == len(early)

@@ -88,7 +88,10 @@ def test_a_wave_read_slowly_on_a_shared_core_is_held_whole_and_dominates_the_ref
         by_arm = {s.policy: s for s in run_matrix(matrix) if s.family == family}
         adaptive, reference = by_arm["adaptive"], by_arm["timed-whole"]
         assert dominates(adaptive, reference, MAIN_FIGURE["closed"]), (adaptive, reference)
-        assert adaptive.mean_batch == clients
+        # Whole waves, but for one forward at the start: the first burst's early answers
+        # come back while it runs and go first (engine.policy, answered early).
+        forwards = sum(adaptive.reasons.values())
+        assert adaptive.mean_batch * forwards >= clients * (forwards - 1)
     # With the fixed bound the 32-wave comes back slower than a hold may last: the loop
     # runs as two alternating halves instead (before halves, its stragglers waited a
     # whole forward: the tail the bench saw). Whole waves are better where they can be held.

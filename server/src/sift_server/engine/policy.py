@@ -69,6 +69,8 @@ class SchedulerState:
     last_forward_seconds: float = 0.0
     # Requests the last forward answered (the reference's timed window drains after a batch).
     last_forward_requests: int = 0
+    # The last forward answered some requests before it ended (a burst after idle time).
+    last_forward_answered_early: bool = False
     # Returns not back yet from open waves (in ingress or still due), not limited to a batch's room.
     wave_outstanding: int = 0
     # Seconds a wave of the whole loop (queued, running and outstanding requests)
@@ -264,7 +266,9 @@ class AdaptivePolicy:
     is expected, and dispatch once the expected burst is complete and quiet
     for ``follow_gap`` (the next burst may be bigger than the learned one).
 
-    In order, for the oldest head (after the shared rules): hold for the rest
+    In order, for the oldest head (after the shared rules): run work that
+    came back from the last batch's early answers (``backlog``); run the loop
+    as two halves where its wave is too slow to hold for (``halves``); hold for the rest
     of a returning wave where that pays (``wave_hold``); run a wave that is
     back (``wave``); run work that queued behind a forward (``backlog``; on a
     shared core, first let requests being read and a returning wave go quiet,
@@ -295,6 +299,11 @@ class AdaptivePolicy:
         lane = _common(state)
         if not isinstance(lane, LaneView):
             return lane
+        if state.last_forward_answered_early and _is_backlog(state, lane):
+            # Clients answered early by the last batch (a burst after idle time, the start of a
+            # closed loop) came back while it ran and waited most of a forward already: hold
+            # nothing for them. Held for the rest of the burst's wave, they waited two forwards.
+            return Dispatch(lane.lane, "backlog")
         if state.wave_outstanding:
             paced = halves(state, lane, now, self.max_hold, self.wave_share)
             if paced is not None:

@@ -151,6 +151,9 @@ class Scheduler:
         self.last_forward_end = float("-inf")
         self.last_forward_seconds = 0.0
         self.last_forward_requests = 0
+        # The last batch answered some requests before it ended (its sub-forwards).
+        self.last_forward_answered_early = False
+        self._running_answered_early = False
         self.ingress_pending = 0
         self.closing = False
         self.forwards_run = 0
@@ -337,6 +340,7 @@ class Scheduler:
             shared_core=self.config.shared_core,
             last_forward_seconds=self.last_forward_seconds,
             last_forward_requests=self.last_forward_requests,
+            last_forward_answered_early=self.last_forward_answered_early,
             wave_outstanding=outstanding,
             wave_span=self.waves.scaled_span(loop) if outstanding else 0.0,
             wave_allowance=self.waves.margin * self.waves.span(loop) if outstanding else 0.0,
@@ -362,6 +366,7 @@ class Scheduler:
         chunks = [[items[j] for j in group] for group in padding.plan(costs, fixed_tokens)]
         batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, together)
         self.running = batch
+        self._running_answered_early = False
         return batch
 
     def complete(self, batch: Batch, started: float, ended: float, *, ok: bool = True) -> Completion:
@@ -372,6 +377,7 @@ class Scheduler:
         self.last_forward_end = ended
         self.last_forward_seconds = max(0.0, ended - started)
         self.last_forward_requests = len(batch.slices)
+        self.last_forward_answered_early = self._running_answered_early
         self.forwards_run += 1
         finished: list[str] = []
         failed: list[str] = []
@@ -397,6 +403,7 @@ class Scheduler:
         ``requests`` requests at ``now``: their clients' return is a wave of its own."""
         started = self.running.decided if self.running is not None else now
         self.waves.forward_ended(now, requests, now - started)
+        self._running_answered_early = True
 
     @staticmethod
     def _answered_at_end(batch: Batch, finished: Sequence[str]) -> int:
