@@ -120,7 +120,7 @@ def test_a_burst_after_idle_time_keeps_early_answers_while_waves_are_reliable() 
     loop = closed_loop(s, 16)
     loop.run(10**6, returning=0)  # the clients go away after the forward that runs now
     assert s.whole_waves
-    later = loop.now + 1.0  # a second of idle time: nothing is returning
+    later = loop.now + 2.0  # two seconds of idle time: nothing is returning, no loop restarting
     for i in range(8):
         s.header_arrived(later + i * 0.1 * MS)
         s.ingress_ended()
@@ -249,7 +249,7 @@ def test_clients_answered_early_by_a_burst_are_not_held_for_the_rest_of_its_wave
     loop = closed_loop(s, 16)
     loop.run(10**6, returning=0)  # waves are learned; then the clients go away
     assert s.whole_waves
-    idle = loop.now + 1.0
+    idle = loop.now + 2.0
     for i in range(32):
         s.header_arrived(idle + i * 0.1 * MS)
         s.ingress_ended()
@@ -274,3 +274,27 @@ def test_clients_answered_early_by_a_burst_are_not_held_for_the_rest_of_its_wave
     assert decision == Dispatch("default", "backlog")
     again = s.take(decision, end)
     assert again is not None and len(again.slices) == len(early)
+
+
+def test_a_burst_soon_after_a_closed_loop_answers_together() -> None:
+    # A closed loop starting again half a second after the last one ended: its first
+    # batch answers every request when it ends, so no client answered early comes back
+    # to wait for the rest of the batch and then a forward of its own.
+    s = shared_core()
+    loop = closed_loop(s, 16)
+    loop.run(10**6, returning=0)
+    later = loop.now + 0.5
+    assert later - s.waves.last_return <= s.config.wave_memory
+    for i in range(32):
+        s.header_arrived(later + i * 0.1 * MS)
+        s.ingress_ended()
+        s.admit(f"again.{i}", [8 if i < 6 else 60], later + i * 0.1 * MS)
+    now = later + 4 * MS
+    decision = s.decide(now)
+    while isinstance(decision, WaitUntil):
+        now = decision.deadline
+        decision = s.decide(now)
+    assert isinstance(decision, Dispatch)
+    batch = s.take(decision, now)
+    assert batch is not None and len(batch.slices) == 32 and len(batch.chunks) == 2
+    assert batch.deliver_together

@@ -87,6 +87,8 @@ class ReturnModel:
     delays: deque[tuple[int, float]] = field(default_factory=deque)
     # Remembered arrival times, for the background rate.
     history: deque[float] = field(default_factory=deque)
+    # When the latest return of a wave arrived.
+    last_return: float = float("-inf")
 
     def forward_ended(self, now: float, completed: int, seconds: float = 0.0) -> None:
         """A forward that ran ``seconds`` ended at ``now`` and answered ``completed`` requests."""
@@ -111,6 +113,7 @@ class ReturnModel:
             if wave.seen == 1:
                 wave.first_delay = now - wave.start
             wave.last_delay = now - wave.start
+            self.last_return = now
 
     def _expire(self, now: float) -> None:
         while self.open and now > self._closes_at(self.open[0]):

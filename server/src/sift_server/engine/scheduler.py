@@ -59,6 +59,9 @@ class SchedulerConfig:
     sub_forwards: bool = True
     # Under reliable returning waves, run each batch past the load caps and answer it together.
     whole_waves: bool = True
+    # While waves came back this recently, a burst after idle time answers together too
+    # (it is likely a closed loop starting again, whose clients answered early would wait).
+    wave_memory: float = 1.0
     # Arrivals closer than this form one cluster; a cluster after this much quiet is isolated.
     link_gap: float = 0.002
     busy_link_gap: float = 0.050
@@ -283,6 +286,20 @@ class Scheduler:
         last forward (a burst after idle time is not, even while waves are reliable)."""
         return self.whole_waves and self._under_load(queue)
 
+    def _answers_together(self, queue: BatchQueue, now: float) -> bool:
+        """The lane's next batch answers every request when it ends, not as its
+        sub-forwards end: a whole wave; any batch under load, even before waves
+        are known to come back (early answers send clients back mid-forward and
+        fragment the loop); and a burst after idle time while waves came back
+        within ``wave_memory`` (a closed loop starting again: the clients of
+        its early answers would come back and wait for the rest of the burst,
+        then for a forward of their own). Otherwise a burst keeps early answers."""
+        if not self.config.whole_waves:
+            return False
+        if self._whole_wave(queue) or self._under_load(queue):
+            return True
+        return self.whole_waves and now - self.waves.last_return <= self.config.wave_memory
+
     def _caps_for(self, queue: BatchQueue) -> Caps:
         if self._whole_wave(queue):
             return self.config.caps
@@ -356,9 +373,7 @@ class Scheduler:
         queue = self.queues.get(decision.lane)
         if queue is None or not queue.pending:
             return None
-        # Under load, a batch answers together even before waves are known to come back:
-        # early answers send their clients back mid-forward and fragment the loop.
-        together = self._whole_wave(queue) or (self.config.whole_waves and self._under_load(queue))
+        together = self._answers_together(queue, now)
         slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
