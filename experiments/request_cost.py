@@ -1,10 +1,12 @@
 """The server's own cost per request (issue 20): closed-loop load of one-sentence requests
 (5 to 40 words) on one route, through the benchmarks' raw HTTP/1.1 client pinned to CPU 1.
 
-    request_cost.py URL MODEL ROUTE IN_FLIGHT SECONDS     ROUTE: json, msgpack or openai
+    request_cost.py URL MODEL ROUTE IN_FLIGHT SECONDS [SERVER_PID]     ROUTE: json, msgpack or openai
 
 Prints requests/s, the median latency and the client's own core use (keep it under 0.9:
-above that the client, not the server, is measured)."""
+above that the client, not the server, is measured). With the server's process id, also the
+server's CPU time per request (all its threads, from /proc): less noisy than requests/s on a
+shared machine, where other jobs take the server's core for part of the run."""
 
 from __future__ import annotations
 
@@ -85,17 +87,30 @@ async def closed_loop(url: str, model: str, route: str, in_flight: int, seconds:
     return count, time.perf_counter() - started, latencies[len(latencies) // 2]
 
 
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` (all its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     os.sched_setaffinity(0, {1})
     url, model, route, in_flight, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    server = int(sys.argv[6]) if len(sys.argv) > 6 else None
     before = os.times()
+    server_before = process_cpu_s(server) if server is not None else 0.0
     count, elapsed, p50 = uvloop.run(closed_loop(url, model, route, in_flight, seconds))
     after = os.times()
     cpu = (after.user - before.user + after.system - before.system) / elapsed
-    print(
+    line = (
         f"route={route} in_flight={in_flight} requests={count} req/s={count / elapsed:.1f} "
         f"p50_ms={p50 * 1000:.2f} client_cpu={cpu:.2f}"
     )
+    if server is not None:
+        server_cpu = process_cpu_s(server) - server_before
+        line += f" server_cpu={server_cpu / elapsed:.2f} server_us_per_req={server_cpu / max(count, 1) * 1e6:.0f}"
+    print(line)
 
 
 if __name__ == "__main__":

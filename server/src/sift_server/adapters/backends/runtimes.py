@@ -13,6 +13,9 @@ from typing import Any
 # shapes (figures in docs/architecture.md, "Memory"; probes/soak.py measures it).
 OPENVINO_SHAPE_CACHE = 128
 
+# ONNX Runtime graph rewrites every Sift session leaves out (see onnx_session_options).
+ONNX_DISABLED_FUSIONS = ("SkipLayerNormFusion",)
+
 
 def onnx_session_options(threads: int) -> Any:
     """ONNX Runtime settings of every Sift session: ``threads`` intra-op threads, one inter-op."""
@@ -26,6 +29,12 @@ def onnx_session_options(threads: int) -> Any:
     # The event loop shares these cores: idle pool threads must sleep, not spin.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    # The fused SkipLayerNormalization kernel normalizes each row with a scalar
+    # running mean and variance (a division per element): on small hidden sizes it
+    # was the forward's largest node, and the unfused Add + LayerNormalization give
+    # the same outputs (to 1e-6) about a fifth faster on a hidden-64 BERT, a few per
+    # cent on MiniLM (docs/benchmarks/request-cost.md, "The tiny forward's own cost").
+    options.add_session_config_entry("optimization.disable_specified_optimizers", ",".join(ONNX_DISABLED_FUSIONS))
     options.log_severity_level = 3
     return options
 
