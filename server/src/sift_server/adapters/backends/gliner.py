@@ -54,8 +54,9 @@ log = logging.getLogger(__name__)
 
 KIND = "gliner"
 # Part of the decision key: changing the probe texts, labels or rule decides again
-# (2: OpenVINO's IR got its LSTM rewrite, so decisions made on the old IR are redone).
-PROBE_VERSION = "2"
+# (2: OpenVINO's IR got its LSTM rewrite, so decisions made on the old IR are redone;
+# 3: the exported markerV0 span layer is word-factored, ``gliner_export``).
+PROBE_VERSION = "3"
 # Scores are probabilities (0..1): the largest score difference a candidate may show
 # on a span both found. Float32 runtimes differ from PyTorch by ~1e-6 here.
 DEFAULT_SCORE_TOLERANCE = 1e-3
@@ -113,10 +114,12 @@ class GlinerGraph(Graph):
         return model
 
     def export_onnx(self, dest: Path) -> None:
+        from sift_server.adapters.backends.gliner_export import factored_span_layer
+
         model: Any = self.module()
         # The TorchScript exporter warns about every data-dependent branch it traces;
         # the export is checked by the parity probe, not by reading those.
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), factored_span_layer(model):
             warnings.simplefilter("ignore")
             model.export_to_onnx(str(dest), onnx_filename="model.onnx", quantize=False)
 
@@ -126,7 +129,9 @@ class GlinerGraph(Graph):
                 shutil.copy2(path, dest / path.name)
 
     def key_parts(self) -> dict[str, Any]:
-        return {"gliner": gliner_version()}
+        from sift_server.adapters.backends.gliner_export import VERSION as span_layer
+
+        return {"gliner": gliner_version(), "span_layer": span_layer}
 
 
 class GlinerBackend(Backend):
