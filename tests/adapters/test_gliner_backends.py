@@ -80,6 +80,75 @@ def test_gliner_runtime_gives_torchs_entities(
     assert adapter.memory_bytes() > 0
 
 
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_gliner_runtime_grouped_by_length_gives_torchs_entities(
+    gliner_dir: Path,
+    gliner_cache: Path,
+    torch_entities: list[list[dict[str, Any]]],
+    backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With free calls every distinct length runs as its own library call, shortest
+    first (not the texts' order): each text still gets PyTorch's entities."""
+    adapter = GlinerAdapter.load(context(gliner_dir, gliner_cache, backend, "fp32"))
+    model = adapter.backend.model
+    calls: list[list[str]] = []
+
+    def counting(texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        calls.append(list(texts))
+        return model.inference(texts, *args, **kwargs)
+
+    monkeypatch.setattr(runtimes, "CALL_COST_TOKENS", 0)
+    monkeypatch.setattr(adapter.backend, "model", _Shim(model, counting))
+    assert_same_spans(extract(adapter), torch_entities, SCORE_TOL[backend])
+    assert len(calls) > 1 and sorted(t for call in calls for t in call) == sorted(TEXTS)
+    assert [t for call in calls for t in call] != TEXTS  # the groups ran out of the texts' order
+
+
+def test_gliner_runtime_runs_one_padded_call_when_calls_are_dear(
+    gliner_dir: Path, gliner_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adapter = GlinerAdapter.load(context(gliner_dir, gliner_cache, "onnx", "fp32"))
+    model = adapter.backend.model
+    calls: list[int] = []
+
+    def counting(texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["batch_size"])
+        return model.inference(texts, *args, **kwargs)
+
+    monkeypatch.setattr(runtimes, "CALL_COST_TOKENS", 10**6)
+    monkeypatch.setattr(adapter.backend, "model", _Shim(model, counting))
+    extract(adapter)
+    assert calls == [len(TEXTS)]
+
+
+def test_grouped_inference_puts_each_texts_entities_back_in_place() -> None:
+    """A stand-in model answers each text with an entity naming it: the answer for
+    text i must be text i's, whatever order the groups ran in."""
+
+    class Echo:
+        def inference(self, texts: list[str], labels: list[str], **kwargs: Any) -> list[list[dict[str, Any]]]:
+            assert kwargs["batch_size"] == len(texts)
+            return [[{"text": t, "label": labels[0]}] for t in texts]
+
+    texts = [f"text {i}" for i in range(40)]
+    lengths = [(i * 7919) % 53 + 5 for i in range(40)]  # shuffled lengths, some repeated
+    backend = runtimes.GlinerBackend(Echo(), backends.Choice("onnx", "fp32"), "fp32")
+    found = backend.inference(texts, lengths, ["x"], flat_ner=True, threshold=0.5, multi_label=False)
+    assert [entities[0]["text"] for entities in found] == texts
+
+
+class _Shim:
+    """The GLiNER with its ``inference`` replaced (the adapter's other uses pass through)."""
+
+    def __init__(self, inner: Any, inference: Any) -> None:
+        self._inner = inner
+        self.inference = inference
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def test_gliner_export_folder_holds_what_from_pretrained_needs(gliner_dir: Path, gliner_cache: Path) -> None:
     GlinerAdapter.load(context(gliner_dir, gliner_cache, "openvino", "fp32"))
     [onnx] = [p for p in (gliner_cache / "onnx").iterdir() if (p / "gliner_config.json").is_file()]

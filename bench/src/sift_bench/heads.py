@@ -10,12 +10,17 @@ naming it, under ``root``, once; later calls reuse them.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-HEADS = ("gliclass",)
-# The labels every extract request of the bench carries.
+HEADS = ("gliclass", "gliner")
+# The labels every extract request of the bench carries, per head.
 GLICLASS_LABELS = ["sports", "politics", "technology", "business", "science", "travel"]
+GLINER_LABELS = ["person", "location", "organization", "date"]
+# The GLiNER head's catalog threshold: the library's default, as gliner_small-v2.1's entry.
+GLINER_THRESHOLD = 0.5
 
 
 def _minilm_folder() -> Path:
@@ -70,20 +75,76 @@ def _build_gliclass(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
+def build_gliner(folder: Path) -> None:
+    """A uni-encoder span GLiNER shaped as gliner_small-v2.1 (head width 512, spans
+    of up to 12 words, markerV0) whose encoder is the real all-MiniLM-L6-v2."""
+    import torch
+    from gliner import GLiNER, GLiNERConfig
+
+    torch.manual_seed(0)
+    config = GLiNERConfig(
+        model_name=str(_minilm_folder()),
+        hidden_size=512,
+        max_width=12,
+        max_len=384,
+        span_mode="markerV0",
+        words_splitter_type="whitespace",
+    )
+    model = GLiNER.from_config(config, backbone_from_pretrained=True, local_files_only=True)
+    model.save_pretrained(folder, safe_serialization=True)
+
+
+Builder = Callable[[Path], None]
+
+
+class Head(NamedTuple):
+    folder: str  # under the cache root; the model's catalog name is bench/<folder>
+    adapter: str
+    builder: Builder
+    marker: str  # a file every finished build leaves
+    labels: list[str]
+    options: str  # the catalog entry's options block (YAML), or ""
+
+
+_HEADS: dict[str, Head] = {
+    "gliclass": Head("gliclass-minilm", "gliclass", _build_gliclass, "config.json", GLICLASS_LABELS, ""),
+    "gliner": Head(
+        "gliner-minilm",
+        "gliner",
+        build_gliner,
+        "gliner_config.json",
+        GLINER_LABELS,
+        f"options:\n  threshold: {GLINER_THRESHOLD}\n",
+    ),
+}
+
+
+def catalog_entry(head: str, folder: Path) -> str:
+    """The catalog YAML that serves ``head`` from ``folder``."""
+    spec = _HEADS[head]
+    return (
+        f"name: bench/{spec.folder}\nadapter: {spec.adapter}\nsource:\n  path: {folder}\ntasks: [extract]\n"
+        f"max_sequence_length: 256\n{spec.options}"
+    )
+
+
 def build(head: str, root: Path) -> tuple[str, Path, list[str]]:
     """Build (or reuse) a head; returns its catalog model name, the catalog
     folder to pass to the server, and the labels its requests carry."""
-    if head != "gliclass":
+    if head not in _HEADS:
         raise ValueError(f"unknown test head {head!r}; choose one of {', '.join(HEADS)}")
-    name = "bench/gliclass-minilm"
-    folder = root / "gliclass-minilm"
+    spec = _HEADS[head]
+    stem = spec.folder
+    folder = root / stem
     catalog = root / "catalog"
-    if not (folder / "config.json").is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        _build_gliclass(folder)
+    if not (folder / spec.marker).is_file():
+        # Built beside and renamed, so an interrupted build is never taken for a finished one.
+        partial = root / f"{stem}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.mkdir(parents=True)
+        spec.builder(partial)
+        partial.rename(folder)
     catalog.mkdir(parents=True, exist_ok=True)
-    (catalog / "gliclass-minilm.yaml").write_text(
-        f"name: {name}\nadapter: gliclass\nsource:\n  path: {folder}\ntasks: [extract]\nmax_sequence_length: 256\n",
-        encoding="utf-8",
-    )
-    return name, catalog, list(GLICLASS_LABELS)
+    (catalog / f"{stem}.yaml").write_text(catalog_entry(head, folder), encoding="utf-8")
+    return f"bench/{stem}", catalog, list(spec.labels)

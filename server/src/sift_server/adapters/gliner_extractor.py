@@ -7,9 +7,10 @@ it is cut to a prefix that ends on a word boundary, so the library never
 truncates on its own and every character offset it returns stays valid for the
 caller's original text.
 
-``forward`` runs one ``GLiNER.inference`` call over every text of every part,
-with ``batch_size`` equal to the number of texts, so the fused batch is one
-encoder forward.
+``forward`` runs every text of every part through ``GlinerBackend.inference``:
+on PyTorch one ``GLiNER.inference`` call with ``batch_size`` equal to the number
+of texts, so the fused batch is one encoder forward; on a runtime one such call
+per group of texts of similar length (less padding).
 
 The GLiNER it calls is PyTorch's or one whose graph runs on ONNX Runtime or
 OpenVINO (``backends.gliner``): the entry's ``backend``; ``auto`` keeps a
@@ -205,13 +206,14 @@ class GlinerAdapter(Adapter):
         """One library call for parts that share labels and settings."""
         settings: GlinerPayload = parts[0].prepared.payload
         texts = [t for part in parts for t in part.prepared.payload.texts[part.start : part.stop]]
-        predictions = self.model.inference(
+        lengths = [c for part in parts for c in part.prepared.item_costs[part.start : part.stop]]
+        predictions = self.backend.inference(
             texts,
-            list(settings.labels),
+            lengths,
+            settings.labels,
             flat_ner=settings.flat_ner,
             threshold=settings.threshold,
             multi_label=settings.multi_label,
-            batch_size=len(texts),  # the whole fused batch in one encoder forward
         )
         items = [extract_item(entities=[_entity(e) for e in found]) for found in predictions]
         return split_by_parts(items, parts)

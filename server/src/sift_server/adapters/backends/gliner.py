@@ -14,6 +14,10 @@ same whatever runs, and this module only decides which model object it holds:
   backend, precision, library versions, plus gliner's version).
 - :func:`open_gliner` opens a choice as a :class:`GlinerBackend`, with the thread
   count every Sift backend gets.
+- :meth:`GlinerBackend.inference` is the served call: on a runtime the texts run
+  in groups of similar length (``buckets.plan``), one library call per group,
+  because the collator pads tokens, words and every word's spans to the longest
+  text of a call; PyTorch keeps the library's one padded call.
 - :func:`span_agreement` is ``auto``'s test: identical (start, end, label) spans on
   the probe set and scores within a tolerance; a candidate that moves one span fails.
 
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sift_server.adapters._torch_runtime import module_bytes, release_module
+from sift_server.adapters.backends import buckets
 from sift_server.adapters.backends.request import REFERENCE, BackendRequest, Choice
 from sift_server.adapters.backends.runtimes import (
     onnx_session_options,
@@ -49,8 +54,9 @@ log = logging.getLogger(__name__)
 
 KIND = "gliner"
 # Part of the decision key: changing the probe texts, labels or rule decides again
-# (2: OpenVINO's IR got its LSTM rewrite, so decisions made on the old IR are redone).
-PROBE_VERSION = "2"
+# (2: OpenVINO's IR got its LSTM rewrite, so decisions made on the old IR are redone;
+# 3: the exported markerV0 span layer is word-factored, ``gliner_export``).
+PROBE_VERSION = "3"
 # Scores are probabilities (0..1): the largest score difference a candidate may show
 # on a span both found. Float32 runtimes differ from PyTorch by ~1e-6 here.
 DEFAULT_SCORE_TOLERANCE = 1e-3
@@ -66,6 +72,10 @@ SUPPORTED = frozenset(
         Choice("openvino", "bf16"),
     }
 )
+# One more library call costs about as much as this many padded tokens of a row:
+# the call's own Python (collator, data loader, decoder setup) plus the runtime's
+# dispatch (MiniLM-sized GLiNER, one thread: docs/benchmarks/backends.md).
+CALL_COST_TOKENS = 48
 # Files of an exported folder that are the graph itself; everything else (config,
 # tokenizer) is copied into the artifacts derived from it.
 _GRAPH_FILES = frozenset({"model.onnx", "model.xml", "model.bin", "manifest.json"})
@@ -104,10 +114,12 @@ class GlinerGraph(Graph):
         return model
 
     def export_onnx(self, dest: Path) -> None:
+        from sift_server.adapters.backends.gliner_export import factored_span_layer
+
         model: Any = self.module()
         # The TorchScript exporter warns about every data-dependent branch it traces;
         # the export is checked by the parity probe, not by reading those.
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), factored_span_layer(model):
             warnings.simplefilter("ignore")
             model.export_to_onnx(str(dest), onnx_filename="model.onnx", quantize=False)
 
@@ -117,7 +129,9 @@ class GlinerGraph(Graph):
                 shutil.copy2(path, dest / path.name)
 
     def key_parts(self) -> dict[str, Any]:
-        return {"gliner": gliner_version()}
+        from sift_server.adapters.backends.gliner_export import VERSION as span_layer
+
+        return {"gliner": gliner_version(), "span_layer": span_layer}
 
 
 class GlinerBackend(Backend):
@@ -152,6 +166,39 @@ class GlinerBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), **self._threads}
+
+    def inference(
+        self,
+        texts: Sequence[str],
+        lengths: Sequence[int],
+        labels: Sequence[str],
+        *,
+        flat_ner: bool,
+        threshold: float,
+        multi_label: bool,
+    ) -> list[list[dict[str, Any]]]:
+        """``GLiNER.inference``'s entities for ``texts`` (``lengths``: each text's
+        tokens with the label prompt, as ``prepare`` counted them), in order.
+
+        A text's entities depend only on that text (padding is masked), so the
+        groups' answers, put back in place, are the padded call's."""
+        if self.choice.backend == "torch":
+            groups = [list(range(len(texts)))]
+        else:
+            groups = buckets.plan(lengths, CALL_COST_TOKENS)
+        found: list[list[dict[str, Any]]] = [[] for _ in texts]
+        for group in groups:
+            answers = self.model.inference(
+                [texts[i] for i in group],
+                list(labels),
+                flat_ner=flat_ner,
+                threshold=threshold,
+                multi_label=multi_label,
+                batch_size=len(group),  # the whole group in one encoder forward
+            )
+            for i, entities in zip(group, answers, strict=True):
+                found[i] = entities
+        return found
 
 
 def open_gliner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> GlinerBackend:
