@@ -106,7 +106,8 @@ def test_kill_9_under_load_answers_the_held_requests_within_seconds_and_refuses_
     outcomes: list[Outcome] = []
     threads = closed_loop(cluster.url, BUSY, stop, outcomes)
     try:
-        time.sleep(3.0)  # both workers busy
+        pids = {p.process.pid for p in workers}  # both workers busy: each has started a forward
+        wait_for(lambda: pids <= {int(name.split("-")[0]) for name in markers(paths)}, "both workers busy", 60)
         seen = markers(paths)
         victim: SiftProcess | None = None
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -130,19 +131,38 @@ def test_sigterm_drains_admitted_work_then_refuses_and_exits(tmp_path: Path, tin
         proc.stop(signal.SIGKILL)
 
 
+def queued_items(url: str, model: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("sie_queue_depth{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_client_disconnect_before_forward_drops_the_request(server: ServerProcess) -> None:
     host, port = server.url.removeprefix("http://").split(":")
-    body = msgpack.packb({"items": [{"text": "abandoned " * 100}] * 200})
-    head = (
-        f"POST {ENCODE} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/msgpack\r\n"
-        f"X-Request-ID: abandoned-1\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode()
+
+    def request(rid: str, items: int) -> bytes:
+        body = msgpack.packb({"items": [{"text": "abandoned " * 100}] * items})  # 102 tokens an item
+        return (
+            f"POST {ENCODE} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/msgpack\r\n"
+            f"X-Request-ID: {rid}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    # Two blockers of 10,200 tokens each keep the worker busy for two forwards (no two of them fit
+    # under the forward cost cap of 16,384 tokens): seconds, against the disconnect watch's 0.05 s.
     blockers = []
-    for _ in range(2):  # keep the worker busy so the abandoned one is still queued
+    for _ in range(2):
         blockers.append(socket.create_connection((host, int(port))))
-        blockers[-1].sendall(head.replace(b"abandoned-1", b"blocker") + body)
+        blockers[-1].sendall(request("blocker", 100))
+    # More items than both blockers: a queue this deep holds the abandoned request. The client
+    # leaves only once it is queued (a close before the server read the body is another path:
+    # a 499 mid-body, tests/api).
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(head + body)
+    sock.sendall(request("abandoned-1", 250))
+    deadline = time.monotonic() + 60
+    while queued_items(server.url, DEFAULT_MODEL) < 250:
+        assert time.monotonic() < deadline, "the abandoned request was never queued"
+        time.sleep(0.01)
     sock.close()
     after = httpx.post(
         server.url + ENCODE, json={"items": [{"text": "after"}]}, headers={"Accept": "application/json"}, timeout=120
