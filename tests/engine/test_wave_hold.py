@@ -7,7 +7,16 @@ import heapq
 import itertools
 from dataclasses import replace
 
-from sift_server.engine.policy import AdaptivePolicy, Dispatch, TimedPolicy, WaitUntil
+from sift_server.engine.arrivals import ArrivalView
+from sift_server.engine.policy import (
+    AdaptivePolicy,
+    Dispatch,
+    LaneView,
+    SchedulerState,
+    TimedPolicy,
+    WaitUntil,
+    halves,
+)
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
 
 MS = 0.001
@@ -298,3 +307,32 @@ def test_a_burst_soon_after_a_closed_loop_answers_together() -> None:
     batch = s.take(decision, now)
     assert batch is not None and len(batch.slices) == 32 and len(batch.chunks) == 2
     assert batch.deliver_together
+
+
+def _halves_state(last_requests: int, last_seconds: float, span: float) -> tuple[SchedulerState, LaneView]:
+    lane = LaneView("default", head_arrival=0.9, last_arrival=0.95, requests=4, fills_cap=False)
+    state = SchedulerState(
+        lanes=[lane],
+        busy=False,
+        last_forward_end=1.0,
+        ingress_pending=0,
+        arrivals=ArrivalView(),
+        shared_core=True,
+        last_forward_seconds=last_seconds,
+        last_forward_requests=last_requests,
+        wave_outstanding=4,
+        wave_span=span,
+        wave_allowance=1.5 * span,
+    )
+    return state, lane
+
+
+def test_halves_stay_halves_when_one_half_runs_slow_and_whole_waves_stay_whole() -> None:
+    # A loop of 8 whose wave comes back over 22 ms. Alternating halves of 4: one half's
+    # slow forward (129 ms, so 258 ms for the loop) must not make the policy merge the
+    # queued half, which waited that forward already, with the returning one.
+    state, lane = _halves_state(last_requests=4, last_seconds=0.129, span=0.022)
+    assert halves(state, lane, 1.0, max_hold=0.010, wave_share=0.10) == Dispatch("default", "half")
+    # Running whole waves of 8 with the same span and forward: the wave is held whole.
+    state, lane = _halves_state(last_requests=8, last_seconds=0.258, span=0.022)
+    assert halves(state, lane, 1.0, max_hold=0.010, wave_share=0.10) is None

@@ -208,6 +208,11 @@ def halves(state: SchedulerState, lane: LaneView, now: float, max_hold: float, w
         return None
     loop = lane.requests + state.wave_outstanding
     whole_forward = state.last_forward_seconds * loop / max(1, state.last_forward_requests)
+    if 2 * state.last_forward_requests <= loop:
+        # Already alternating: the estimate of the loop's forward varies with each
+        # half's, and leaving halves on a slow one merges a half that waited a
+        # forward already with the returning one. Leave only well within the bound.
+        whole_forward /= 2
     if state.wave_span <= max(max_hold, wave_share * whole_forward):
         return None
     if 2 * lane.requests >= loop:
