@@ -336,3 +336,36 @@ def test_halves_stay_halves_when_one_half_runs_slow_and_whole_waves_stay_whole()
     # Running whole waves of 8 with the same span and forward: the wave is held whole.
     state, lane = _halves_state(last_requests=8, last_seconds=0.258, span=0.022)
     assert halves(state, lane, 1.0, max_hold=0.010, wave_share=0.10) is None
+
+
+def test_a_burst_after_a_slow_clients_loop_still_runs_in_one_forward() -> None:
+    # Once a slow client's loop taught the policy halves, a burst after idle time (its
+    # requests still being read: in ingress) is no loop to halve.
+    s = shared_core()
+    loop = slow_client_loop(s, 24)
+    loop.run(10**6, returning=0)
+    assert s.waves.reliable
+    later = loop.now + 0.25
+    for i in range(8):
+        s.header_arrived(later + i * 0.5 * MS)
+    now = later + 4 * MS
+    sizes_run = []
+    for i in range(8):
+        s.ingress_ended()
+        s.admit(f"burst.{i}", [16], now + i * 0.5 * MS)
+        decision = s.decide(now + i * 0.5 * MS)
+        if isinstance(decision, Dispatch):
+            batch = s.take(decision, now + i * 0.5 * MS)
+            assert batch is not None
+            sizes_run.append(len(batch.slices))
+            s.complete(batch, now + i * 0.5 * MS, now + i * 0.5 * MS + FORWARD)
+    t = now + 8 * MS
+    decision = s.decide(t)
+    while isinstance(decision, WaitUntil):
+        t = decision.deadline
+        decision = s.decide(t)
+    if isinstance(decision, Dispatch):
+        batch = s.take(decision, t)
+        assert batch is not None
+        sizes_run.append(len(batch.slices))
+    assert sizes_run == [8]

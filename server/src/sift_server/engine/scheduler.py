@@ -339,7 +339,10 @@ class Scheduler:
             in_ingress = min(in_ingress, room)
             expected = min(expected, room - in_ingress)
             missing = min(missing, room - in_ingress)
-        outstanding = self.waves.missing(now) + self.ingress_pending if returning else 0
+        # Only while a wave is out: requests in ingress are then its returns being read
+        # (a burst after idle time has requests in ingress too, and no wave out).
+        missing_now = self.waves.missing(now) if returning else 0
+        outstanding = missing_now + self.ingress_pending if missing_now else 0
         loop = sum(lane.requests for lane in lanes) + outstanding
         return SchedulerState(
             lanes=lanes,
