@@ -91,6 +91,24 @@ def closed_loop(s: Scheduler, forwards: int, n: int = 32) -> Loop:
     return loop
 
 
+def burst(s: Scheduler, at: float, costs: list[int], prefix: str) -> None:
+    """Requests read one after the other 0.1 ms apart from ``at``, each admitted as read."""
+    for i, cost in enumerate(costs):
+        s.header_arrived(at + i * 0.1 * MS)
+        s.ingress_ended()
+        s.admit(f"{prefix}.{i}", [cost], at + i * 0.1 * MS)
+
+
+def take_when_due(s: Scheduler, now: float) -> tuple[Batch | None, float]:
+    """Follow the policy's waits from ``now``; the batch it then dispatches (None if
+    it goes idle), and when."""
+    decision = s.decide(now)
+    while isinstance(decision, WaitUntil):
+        now = decision.deadline
+        decision = s.decide(now)
+    return (s.take(decision, now) if isinstance(decision, Dispatch) else None), now
+
+
 def sizes(loop: Loop) -> list[int]:
     return [len(batch.slices) for _, batch in loop.forwards]
 
@@ -130,15 +148,8 @@ def test_a_burst_after_idle_time_keeps_early_answers_while_waves_are_reliable() 
     loop.run(10**6, returning=0)  # the clients go away after the forward that runs now
     assert s.whole_waves
     later = loop.now + 2.0  # two seconds of idle time: nothing is returning, no loop restarting
-    for i in range(8):
-        s.header_arrived(later + i * 0.1 * MS)
-        s.ingress_ended()
-        s.admit(f"burst.{i}", [16], later + i * 0.1 * MS)
-    decision = s.decide(later + 1 * MS)
-    while isinstance(decision, WaitUntil):
-        decision = s.decide(decision.deadline)
-    assert isinstance(decision, Dispatch)
-    batch = s.take(decision, later + 1 * MS)
+    burst(s, later, [16] * 8, "burst")
+    batch, _ = take_when_due(s, later + 1 * MS)
     assert batch is not None and len(batch.slices) == 8
     assert not batch.deliver_together
 
@@ -259,17 +270,8 @@ def test_clients_answered_early_by_a_burst_are_not_held_for_the_rest_of_its_wave
     loop.run(10**6, returning=0)  # waves are learned; then the clients go away
     assert s.whole_waves
     idle = loop.now + 2.0
-    for i in range(32):
-        s.header_arrived(idle + i * 0.1 * MS)
-        s.ingress_ended()
-        s.admit(f"b{i}", [8 if i < 6 else 60], idle + i * 0.1 * MS)
-    now = idle + 4 * MS
-    decision = s.decide(now)
-    while isinstance(decision, WaitUntil):
-        now = decision.deadline
-        decision = s.decide(now)
-    assert isinstance(decision, Dispatch)
-    batch = s.take(decision, now)
+    burst(s, idle, [8] * 6 + [60] * 26, "b")
+    batch, now = take_when_due(s, idle + 4 * MS)
     assert batch is not None and not batch.deliver_together and len(batch.chunks) == 2
     early = [batch.slices[k].pending.request_id for k in batch.answered(0)]
     s.answered_early(now + 50 * MS, len(early))
@@ -294,17 +296,8 @@ def test_a_burst_soon_after_a_closed_loop_answers_together() -> None:
     loop.run(10**6, returning=0)
     later = loop.now + 0.5
     assert later - s.waves.last_return <= s.config.wave_memory
-    for i in range(32):
-        s.header_arrived(later + i * 0.1 * MS)
-        s.ingress_ended()
-        s.admit(f"again.{i}", [8 if i < 6 else 60], later + i * 0.1 * MS)
-    now = later + 4 * MS
-    decision = s.decide(now)
-    while isinstance(decision, WaitUntil):
-        now = decision.deadline
-        decision = s.decide(now)
-    assert isinstance(decision, Dispatch)
-    batch = s.take(decision, now)
+    burst(s, later, [8] * 6 + [60] * 26, "again")
+    batch, _ = take_when_due(s, later + 4 * MS)
     assert batch is not None and len(batch.slices) == 32 and len(batch.chunks) == 2
     assert batch.deliver_together
 
@@ -359,13 +352,7 @@ def test_a_burst_after_a_slow_clients_loop_still_runs_in_one_forward() -> None:
             assert batch is not None
             sizes_run.append(len(batch.slices))
             s.complete(batch, now + i * 0.5 * MS, now + i * 0.5 * MS + FORWARD)
-    t = now + 8 * MS
-    decision = s.decide(t)
-    while isinstance(decision, WaitUntil):
-        t = decision.deadline
-        decision = s.decide(t)
-    if isinstance(decision, Dispatch):
-        batch = s.take(decision, t)
-        assert batch is not None
-        sizes_run.append(len(batch.slices))
+    rest, _ = take_when_due(s, now + 8 * MS)
+    if rest is not None:
+        sizes_run.append(len(rest.slices))
     assert sizes_run == [8]

@@ -13,10 +13,12 @@ from sift_server.simulator.scenarios import TraceConfig
 TRACES = TraceConfig(closed_per_client=40)
 
 
-def runs(forward: ForwardPreset, family: str) -> dict[str, Summary]:
+def runs(
+    forward: ForwardPreset, family: str, arms: tuple[str, ...] = ("adaptive", "adaptive-old", "timed", "immediate")
+) -> dict[str, Summary]:
     matrix = Matrix(
         forwards=[forward],
-        arms=[make_arm(name) for name in ("adaptive", "adaptive-old", "timed", "immediate")],
+        arms=[make_arm(name) for name in arms],
         traces=TRACES,
         caps=Caps(),
         family_filter=[family],
@@ -57,14 +59,7 @@ def test_a_simulated_run_is_deterministic() -> None:
 def test_on_sentences_whole_waves_dominate_the_timed_window_and_split_waves_do_not() -> None:
     for clients in (8, 32):
         family = f"closed{clients}-sentences"
-        matrix = Matrix(
-            forwards=[CPU_TEXT],
-            arms=[make_arm(name) for name in ("adaptive", "adaptive-split", "timed")],
-            traces=TRACES,
-            caps=Caps(),
-            family_filter=[family],
-        )
-        by_arm = {s.policy: s for s in run_matrix(matrix) if s.family == family}
+        by_arm = runs(CPU_TEXT, family, ("adaptive", "adaptive-split", "timed"))
         adaptive, timed = by_arm["adaptive"], by_arm["timed"]
         assert dominates(adaptive, timed, MAIN_FIGURE["closed"]), (adaptive, timed)
         assert adaptive.mean_batch > 0.9 * clients  # each wave in one batch
@@ -78,14 +73,7 @@ def test_a_wave_read_slowly_on_a_shared_core_is_held_whole_and_dominates_the_ref
     # bound allowed after the forward; the bound that scales with the forward waits for them.
     for clients in (8, 32):
         family = f"closed{clients}-sentences"
-        matrix = Matrix(
-            forwards=[CPU_GLICLASS],
-            arms=[make_arm(name) for name in ("adaptive", "adaptive-10ms", "timed-whole")],
-            traces=TRACES,
-            caps=Caps(),
-            family_filter=[family],
-        )
-        by_arm = {s.policy: s for s in run_matrix(matrix) if s.family == family}
+        by_arm = runs(CPU_GLICLASS, family, ("adaptive", "adaptive-10ms", "timed-whole"))
         adaptive, reference = by_arm["adaptive"], by_arm["timed-whole"]
         assert dominates(adaptive, reference, MAIN_FIGURE["closed"]), (adaptive, reference)
         # Whole waves, but for one forward at the start: the first burst's early answers
@@ -109,14 +97,7 @@ def test_a_slow_client_runs_the_loop_in_two_regular_halves_and_dominates_the_ref
     # at the bound they drifted into uneven groups whose stragglers waited a forward more.
     for clients in (8, 32):
         family = f"closed{clients}-sentences-slowclient"
-        matrix = Matrix(
-            forwards=[CPU_GLICLASS],
-            arms=[make_arm(name) for name in ("adaptive", "timed-whole")],
-            traces=TRACES,
-            caps=Caps(),
-            family_filter=[family],
-        )
-        by_arm = {s.policy: s for s in run_matrix(matrix) if s.family == family}
+        by_arm = runs(CPU_GLICLASS, family, ("adaptive", "timed-whole"))
         adaptive, reference = by_arm["adaptive"], by_arm["timed-whole"]
         assert dominates(adaptive, reference, MAIN_FIGURE["closed"]), (adaptive, reference)
         assert adaptive.mean_batch == clients / 2  # two halves, every forward whole
