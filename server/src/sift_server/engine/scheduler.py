@@ -331,7 +331,7 @@ class Scheduler:
         ]
         returning = self.config.wave_hold and self.waves.reliable
         expected = self.waves.expected(now) if returning else 0
-        missing = self.waves.missing(now) if returning else 0
+        outside = missing = self.waves.missing(now) if returning else 0
         in_ingress = self.ingress_pending if returning else 0
         if (expected or missing or in_ingress) and lanes:
             oldest = min(lanes, key=lambda lane: lane.head_arrival)
@@ -339,10 +339,10 @@ class Scheduler:
             in_ingress = min(in_ingress, room)
             expected = min(expected, room - in_ingress)
             missing = min(missing, room - in_ingress)
-        # Only while a wave is out: requests in ingress are then its returns being read
-        # (a burst after idle time has requests in ingress too, and no wave out).
-        missing_now = self.waves.missing(now) if returning else 0
-        outstanding = missing_now + self.ingress_pending if missing_now else 0
+        # The loop's returns not yet queued, not limited to the batch's room; only while a
+        # wave is out: requests in ingress are then its returns being read (a burst after
+        # idle time has requests in ingress too, and no wave out).
+        outstanding = outside + self.ingress_pending if outside else 0
         loop = sum(lane.requests for lane in lanes) + outstanding
         return SchedulerState(
             lanes=lanes,
