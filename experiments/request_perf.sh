@@ -12,16 +12,8 @@ ROOT=$PWD TREE=$1 N=$2 OUT=$3
 WORK=${TMPDIR:-/tmp}/request_cost
 PORT=18774
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-if [ ! -d "$WORK/catalog" ]; then
-  PYTHONPATH=$ROOT .venv/bin/python -c "import sys; from pathlib import Path; \
-from tests.fixtures.tiny_embedder import build_tiny_embedder, write_catalog_entry as w; \
-r = Path(sys.argv[1]); w(r / 'catalog', build_tiny_embedder(r / 'model', hidden=64))" "$WORK"
-fi
-(cd "$TREE" && PYTHONPATH=$TREE/server/src exec taskset -c 0 "$ROOT/.venv/bin/python" -m sift_server serve \
-  --catalog "$WORK/catalog" --model tiny/embedder --port $PORT --torch-threads 1 --log-level warning \
-  > "$WORK/perf-server.log" 2>&1) &
-SPID=$!
-for i in $(seq 1 600); do curl -sf localhost:$PORT/readyz >/dev/null && break; sleep 0.1; done
+. experiments/_serve_tiny.sh
+serve_tiny perf
 sleep "${SETTLE_S:-15}"  # auto's background backend decision
 .venv/bin/python experiments/request_cost.py http://127.0.0.1:$PORT tiny/embedder json "$N" 2 > /dev/null
 taskset -c 1 perf record -F 499 -o "$OUT" -p $SPID -- sleep 8 > /dev/null 2>&1 &
