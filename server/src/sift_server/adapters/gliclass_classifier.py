@@ -122,13 +122,17 @@ class GliClassAdapter(Adapter):
         from gliclass import GLiClassModelConfig, ZeroShotClassificationPipeline
         from transformers import AutoTokenizer
 
+        from sift_server.adapters.backends.gliclass_export import prunable
+
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
         config = GLiClassModelConfig.from_pretrained(ctx.path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         positions = getattr(config.encoder_config.get_text_config(), "max_position_embeddings", None)
         max_tokens = tokenizer_limit(tokenizer, ctx.max_sequence_length, positions)
-        graph = runtimes.GliClassGraph(ctx.path, tokenizer.model_input_names)
+        graph = runtimes.GliClassGraph(
+            ctx.path, tokenizer.model_input_names, prune_last_layer=prunable(config, tokenizer.model_input_names)
+        )
         # The pipeline renders and tokenizes for every backend; what it calls for
         # logits is set once the backend is chosen.
         stand_in = runtimes.RunnerModel(config, graph.token_inputs)

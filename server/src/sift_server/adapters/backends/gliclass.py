@@ -93,10 +93,13 @@ class GliClassGraph(Graph):
     kind = KIND
     output = "logits"
 
-    def __init__(self, folder: Path, token_inputs: Sequence[str]) -> None:
+    def __init__(self, folder: Path, token_inputs: Sequence[str], prune_last_layer: bool = False) -> None:
         super().__init__(folder)
         self.token_inputs = tuple(token_inputs)
         self.inputs = (*self.token_inputs, SLOTS)
+        # Export the forward that runs the last encoder layer at the read positions
+        # only (``gliclass_export``); ``module()``, the reference, stays the library's.
+        self.prune_last_layer = prune_last_layer
 
     def build_module(self) -> torch.nn.Module:
         from gliclass import GLiClassModel
@@ -119,6 +122,10 @@ class GliClassGraph(Graph):
         import torch
 
         module = self.module()
+        if self.prune_last_layer:
+            from sift_server.adapters.backends.gliclass_export import PrunedForward
+
+            module = PrunedForward(self.classifier(), self.token_inputs).eval()
         names = self.dynamic_axes()
         axes = {name: dict(enumerate(dims)) for name, dims in zip(self.inputs, names, strict=True)}
         example = tuple(torch.ones((2, 8 if dims[1] == "seq" else 3), dtype=torch.long) for dims in names)
@@ -147,7 +154,14 @@ class GliClassGraph(Graph):
                 config._attn_implementation = value
 
     def key_parts(self) -> dict[str, Any]:
-        return {"gliclass": gliclass_version(), "forward": "logits-by-slots:1", "export": "torchscript-eager:1"}
+        from sift_server.adapters.backends.gliclass_export import VERSION as pruned
+
+        return {
+            "gliclass": gliclass_version(),
+            "forward": "logits-by-slots:1",
+            "export": "torchscript-eager:1",
+            "last_layer": pruned if self.prune_last_layer else "full",
+        }
 
 
 def feed(tokenized: Mapping[str, Any], token_inputs: Sequence[str], slots: int) -> dict[str, np.ndarray]:
