@@ -1,7 +1,7 @@
-"""uvicorn's httptools protocol, writing a reply's head and its body in one
-socket write.
+"""The HTTP protocol ``sift serve`` runs under uvicorn: uvicorn's httptools
+protocol, with two cuts of per-request work.
 
-uvicorn writes the status line and headers when the app sends
+One socket write per reply. uvicorn writes the status line and headers when the app sends
 ``http.response.start`` and the body on ``http.response.body``: two ``send``
 system calls and, with ``TCP_NODELAY``, two segments per reply. On loopback the
 sending core also runs the receiving side of TCP, so each write costs the
@@ -10,6 +10,11 @@ server's core a few microseconds, a visible share of a one-text request
 head back and sends it with the next write; a head that nothing follows (a
 ``100 Continue``, a reply without body) goes out at the end of the current
 loop iteration, and closing the transport sends it first.
+
+The body's arrival in the scope. When a request's last body byte came in the
+same read as its headers (a small request: nearly always), the protocol marks
+the scope (``BODY_COMPLETE``) before the app runs, so the body read needs no
+timer for its timeout: the whole body is already buffered.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# Scope key set once the whole request body is buffered in the protocol.
+BODY_COMPLETE = "sift.body_complete"
 _HEAD_START = b"HTTP/1.1 "
 _HEAD_END = b"\r\n\r\n"
 
@@ -60,9 +67,16 @@ class OneWriteTransport:
         return getattr(self._transport, name)
 
 
-class OneWriteHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a :class:`OneWriteTransport`."""
+class SiftHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol over a :class:`OneWriteTransport`, marking
+    the scope when a request's body is complete."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         wrapped = OneWriteTransport(transport, self.loop)
         super().connection_made(wrapped)  # type: ignore[arg-type]
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        cycle = self.cycle
+        if cycle is not None and not cycle.more_body:
+            cycle.scope[BODY_COMPLETE] = True  # type: ignore[literal-required]

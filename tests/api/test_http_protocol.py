@@ -1,4 +1,4 @@
-"""A reply's head and body leave in one socket write (``sift_server.one_write``),
+"""A reply's head and body leave in one socket write (``sift_server.http_protocol``),
 and a head that nothing follows still leaves."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from sift_server.one_write import OneWriteHttpToolsProtocol, OneWriteTransport
+from sift_server.api.body import read_asgi_body
+from sift_server.errors import BodyTimeout
+from sift_server.http_protocol import BODY_COMPLETE, OneWriteTransport, SiftHttpToolsProtocol
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 
@@ -115,8 +117,45 @@ async def serve_one(protocol_class: type[HttpToolsProtocol], request: bytes) -> 
 )
 async def test_uvicorn_replies_in_one_write_through_the_protocol(request_bytes: bytes, body: bytes) -> None:
     stock = await serve_one(HttpToolsProtocol, request_bytes)
-    ours = await serve_one(OneWriteHttpToolsProtocol, request_bytes)
+    ours = await serve_one(SiftHttpToolsProtocol, request_bytes)
     # Stock uvicorn writes the head and the body apart (an empty body too).
     assert len(stock) == 2
     assert ours == [b"".join(stock)]
     assert ours[0].startswith(b"HTTP/1.1 20") and ours[0].endswith(b"\r\n\r\n" + body)
+
+
+async def serve_recording_scope(chunks: list[bytes]) -> list[object]:
+    seen: list[object] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope.get(BODY_COMPLETE))
+        await echo(scope, receive, send)
+
+    config = uvicorn.Config(app, http=SiftHttpToolsProtocol, lifespan="off", log_level="warning")
+    config.load()
+    protocol = SiftHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    protocol.connection_made(FakeTransport())  # type: ignore[arg-type]
+    for chunk in chunks:
+        protocol.data_received(chunk)
+        for _ in range(5):
+            await asyncio.sleep(0)
+    return seen
+
+
+async def test_the_scope_says_when_the_body_came_with_the_headers() -> None:
+    whole = b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\nhi"
+    assert await serve_recording_scope([whole]) == [True]
+    # The body arrives after the app started: no mark, the read keeps its timeout.
+    assert await serve_recording_scope([whole[:-2], whole[-2:]]) == [None]
+
+
+async def slow_receive() -> dict[str, Any]:
+    await asyncio.sleep(0.05)
+    return {"type": "http.request", "body": b"hi", "more_body": False}
+
+
+async def test_a_complete_body_is_read_without_the_timeout() -> None:
+    body = await read_asgi_body(slow_receive, 100, 2, 0.001, "POST", "/x", complete=True)
+    assert bytes(body) == b"hi"
+    with pytest.raises(BodyTimeout):
+        await read_asgi_body(slow_receive, 100, 2, 0.001, "POST", "/x")
