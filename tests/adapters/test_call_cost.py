@@ -44,9 +44,11 @@ def test_a_half_call_no_cheaper_than_the_full_one_is_no_answer() -> None:
     assert call_cost.from_timings(1e-3, 2e-3, 8, 16) is None
 
 
-def test_the_cost_is_never_negative_and_capped() -> None:
-    # No fixed part at all, and a tiny per-token part with a large fixed one.
-    assert call_cost.from_timings(8 * 16e-6, 4 * 16e-6, 8, 16) == 0
+def test_no_fixed_part_is_no_answer_and_a_huge_one_is_capped() -> None:
+    # No fixed part at all (or less than none: noise) would split at every length.
+    assert call_cost.from_timings(8 * 16e-6, 4 * 16e-6, 8, 16) is None
+    assert call_cost.from_timings(8 * 16e-6, 3 * 16e-6, 8, 16) is None
+    # A tiny per-token part under a large fixed one.
     assert call_cost.from_timings(1.0 + 128e-9, 1.0 + 64e-9, 8, 16) == call_cost.MAX_CALL_COST
     assert call_cost.from_timings(0.0, 1e-4, 8, 16) is None
 

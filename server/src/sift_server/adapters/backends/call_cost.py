@@ -11,7 +11,10 @@ each ``length`` tokens long. A token costs ``(t(full) - t(half))`` over the
 tokens the half call lacks, the fixed part is what is left of ``t(half)``, and
 their ratio is a split's price in tokens (measured at a small batch, so the
 small matrices' lower rate counts as part of it). The least of several timings
-of each shape is kept (other work on the core only ever adds time).
+of each shape is kept, in the process's CPU time rather than wall time: on a
+shared core (other servers starting, the background ``auto`` decision) wall
+time counts other processes' turns, and a split's price is CPU anyway. A fit
+that finds no fixed part (noise) gives no answer, and the caller keeps a default.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ MAX_CALL_COST = 4096
 def from_timings(full_s: float, half_s: float, rows: int, length: int) -> int | None:
     """The call cost in tokens from the least time of a ``rows`` x ``length``
     call and of a ``rows // 2`` one; ``None`` when the timings do not fit the
-    model (the half call not cheaper than the full one: noise)."""
+    model (the half call not cheaper than the full one, or no fixed part left:
+    every real call has one, so that is noise, and a cost of 0 would split a
+    batch at every distinct length)."""
     half_rows = rows // 2
     per_token = (full_s - half_s) / ((rows - half_rows) * length)
     if per_token <= 0:
         return None
     fixed = half_s - per_token * half_rows * length
-    return min(MAX_CALL_COST, max(0, round(fixed / per_token)))
+    if fixed <= 0:
+        return None
+    return min(MAX_CALL_COST, round(fixed / per_token))
 
 
 def measure(
@@ -51,7 +58,7 @@ def measure(
     rows: int = ROWS,
     length: int = LENGTH,
     budget_s: float = BUDGET_S,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] = time.process_time,
 ) -> int | None:
     """Time ``run(rows, length)`` (one runtime call on a batch of that shape)
     and ``run(rows // 2, length)`` in pairs, after one warm-up of each:
