@@ -64,7 +64,7 @@ def test_a_stall_in_every_repeat_of_a_shape_shows() -> None:
     runtime = FakeRuntime(stalls=frozenset(range(3, 200, 2)), stall_s=PER_TOKEN_S * 32)
     # Every half call pays 32 tokens' time more: the fit halves the per-token part
     # (32 tokens apart, not 64) and reads a fixed part of 20 + 64 tokens of it.
-    assert call_cost.measure(runtime.run, clock=runtime.clock) == (20 + 64) * 2
+    assert call_cost.measure(runtime.run, rows=8, length=16, clock=runtime.clock) == (20 + 64) * 2
 
 
 def test_measure_repeats_while_the_budget_lasts() -> None:

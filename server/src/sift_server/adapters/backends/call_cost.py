@@ -23,14 +23,15 @@ import time
 from collections.abc import Callable
 
 # Shape of the timed batches: big enough that a MiniLM-sized model's per-token
-# part shows, small enough to cost well under a second at load.
-ROWS = 8
+# part shows, small enough to cost about a tenth of a second at load (a first
+# start with auto measures its PyTorch runner before it is ready).
+ROWS = 4
 LENGTH = 16
 # Timed pairs: at least MIN_REPEATS, then more while the budget lasts (a tiny
 # model's pair takes a millisecond, MiniLM's a tenth of a second).
 MIN_REPEATS = 3
 MAX_REPEATS = 30
-BUDGET_S = 0.3
+BUDGET_S = 0.05
 # The plan's search is linear in rows for any cost; a cost above a whole long
 # batch means "never split" and is capped there.
 MAX_CALL_COST = 4096
