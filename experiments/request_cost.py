@@ -95,7 +95,10 @@ def process_cpu_s(pid: int) -> float:
 
 
 def main() -> None:
-    os.sched_setaffinity(0, {1})
+    # REQUEST_COST_CLIENT_CPUS: the client's CPUs (default 1; "none": unpinned, the whole box).
+    cpus = os.environ.get("REQUEST_COST_CLIENT_CPUS", "1")
+    if cpus != "none":
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     url, model, route, in_flight, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
     server = int(sys.argv[6]) if len(sys.argv) > 6 else None
     before = os.times()

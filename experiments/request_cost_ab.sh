@@ -33,6 +33,9 @@ for port in "${PORTS[@]}"; do
   for i in $(seq 1 900); do curl -sf localhost:$port/readyz >/dev/null && break; sleep 0.1; done
 done
 sleep "${SETTLE_S:-20}"
+for k in "${!PORTS[@]}"; do  # what each server runs (backend, and the call cost its embedder measured)
+  echo "arm=${NAMES[$k]} $(curl -s localhost:${PORTS[$k]}/v1/models | grep -o '"\(backend\|call_cost_tokens\)": *"\?[a-z0-9]*' | tr -d '" ' | tr '\n' ' ')"
+done
 for k in "${!PORTS[@]}"; do
   .venv/bin/python experiments/request_cost.py http://127.0.0.1:${PORTS[$k]} tiny/embedder json 8 2 > /dev/null
 done

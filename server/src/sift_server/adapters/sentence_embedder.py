@@ -1,15 +1,18 @@
 """Dense text embedders in the sentence-transformers layout (transformer + pooling + normalize).
 
 Tokenization happens per request in ``prepare`` (no padding: the real token
-counts are the batch cost); ``forward`` pads the whole batch once, runs the
-transformer on the entry's backend (``backends``: PyTorch, ONNX Runtime or
-OpenVINO) and pools and normalizes in numpy, the same for every backend.
+counts are the batch cost); ``forward`` runs the transformer on the entry's
+backend (``backends``: PyTorch, ONNX Runtime or OpenVINO) over the batch's rows
+in groups of similar length (``backends.buckets``: a split where the padding it
+saves costs more than one more call, whose price ``backends.call_cost``
+measures on the loaded runner), and pools and normalizes in numpy, the same
+for every backend.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +22,7 @@ from sift_server.adapters import backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer, pad_rows
+from sift_server.adapters.backends import buckets, call_cost
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
 from sift_server.forward_io import split_by_parts
@@ -83,8 +87,11 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         query_prefix: str,
         document_prefix: str,
         runtime: dict[str, Any] | None = None,
+        call_cost_tokens: int | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        # None: one call over the whole padded batch (no grouping by length).
+        self.call_cost_tokens = call_cost_tokens
         self.runner = runner
         self.pooling = pooling
         self.normalize = normalize
@@ -136,6 +143,9 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
             probe_key=f"{pooling}:{normalize}:{max_length}",
         )
         hidden_size = int(_read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
+        measured = call_cost.measure(_shape_runner(runner, max(probe_rows, key=len), pad_id))
+        cost = buckets.CALL_COST_TOKENS if measured is None else measured
+        runtime = {**runtime, "call_cost_tokens": cost}
         return cls(
             tokenizer,
             runner,
@@ -146,6 +156,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
             query_prefix=str(options.get("query_prefix", "")),
             document_prefix=str(options.get("document_prefix", "")),
             runtime=runtime,
+            call_cost_tokens=cost,
         )
 
     # ---- prepare (event loop) -------------------------------------------
@@ -179,7 +190,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         rows: list[list[int]] = []
         for part in parts:
             rows.extend(part.prepared.payload[part.start : part.stop])
-        vectors = _embed(self.runner, rows, self.pad_id, self.pooling, self.normalize)
+        vectors = _embed(self.runner, rows, self.pad_id, self.pooling, self.normalize, self.call_cost_tokens)
         return split_by_parts(list(vectors), parts)
 
     def memory_bytes(self) -> int:
@@ -203,12 +214,49 @@ def _device(options: Any, backend: str) -> str:
     return "cpu"
 
 
+def _shape_runner(runner: backends.Runner, row: Sequence[int], pad_id: int) -> Callable[[int, int], object]:
+    """``run(rows, length)``: one runner call on ``rows`` copies of ``row``
+    repeated or cut to ``length`` tokens (what ``call_cost.measure`` times)."""
+
+    def run(rows: int, length: int) -> object:
+        tiled = (list(row) * (length // max(len(row), 1) + 1))[:length]
+        input_ids, mask = pad_rows([tiled] * rows, pad_id)
+        return runner({"input_ids": input_ids, "attention_mask": mask})
+
+    return run
+
+
 def _embed(
-    runner: backends.Runner, rows: Sequence[Sequence[int]], pad_id: int, pooling: str, normalize: bool
+    runner: backends.Runner,
+    rows: Sequence[Sequence[int]],
+    pad_id: int,
+    pooling: str,
+    normalize: bool,
+    call_cost_tokens: int | None = None,
 ) -> np.ndarray:
-    """Pad ``rows``, run the transformer, pool and (maybe) L2-normalize: float32 (n, hidden)."""
+    """Pad ``rows``, run the transformer (in groups of similar length when
+    ``call_cost_tokens`` is given), pool and (maybe) L2-normalize: float32 (n, hidden).
+    A row's vector does not depend on its group: padded positions are masked
+    out of attention and pooling."""
     input_ids, mask = pad_rows(rows, pad_id)
-    hidden = runner({"input_ids": input_ids, "attention_mask": mask}).astype(np.float32, copy=False)
+    feed = {"input_ids": input_ids, "attention_mask": mask}
+
+    def pooled(part: Mapping[str, np.ndarray]) -> np.ndarray:
+        return _pool(runner(part), part["attention_mask"], pooling)
+
+    if call_cost_tokens is None:
+        vectors = pooled(feed)
+    else:
+        vectors = buckets.run_grouped(pooled, feed, "attention_mask", tuple(feed), call_cost_tokens)
+    if normalize:
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.maximum(norms, 1e-12)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
+    """(rows, tokens, hidden) states to (rows, hidden) vectors over the masked tokens."""
+    hidden = hidden.astype(np.float32, copy=False)
     if pooling == "cls":
         pooled = hidden[:, 0]
     elif pooling == "max":
@@ -216,7 +264,4 @@ def _embed(
     else:
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-    if normalize:
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        pooled = pooled / np.maximum(norms, 1e-12)
-    return np.ascontiguousarray(pooled, dtype=np.float32)
+    return pooled

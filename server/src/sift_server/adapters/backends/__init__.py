@@ -14,7 +14,8 @@ One job per module:
 - ``artifacts`` (the on-disk cache) and ``store`` (a graph's exports in it);
 - ``timing``, ``agreement``, ``choice``, ``report``: how auto times, compares,
   chooses and logs its decision;
-- ``buckets``: a runtime forward's rows grouped by length (GLiClass);
+- ``buckets``: a runtime forward's rows grouped by length (GLiClass, GLiNER, the embedder);
+- ``call_cost``: what one more runtime call costs a loaded runner, in tokens;
 - ``gliner``, ``gliclass``: the extractors' graphs and backends.
 
 This module re-exports what adapters use, so they import one name: ``backends``.
