@@ -21,7 +21,6 @@ from sift_server.api.app import create_app
 from sift_server.composition import build_state
 from sift_server.config import Settings
 from sift_server.core.state import ServerState
-from sift_server.http_protocol import SiftHttpToolsProtocol
 
 log = logging.getLogger("sift")
 T = TypeVar("T")
@@ -177,9 +176,6 @@ def uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         access_log=False,
         timeout_keep_alive=settings.keep_alive_s,
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
-        # httptools (what uvicorn's "auto" picks when it is installed, and a
-        # dependency of sift-server), with Sift's cuts (sift_server/http_protocol.py).
-        http=SiftHttpToolsProtocol,
     )
 
 

@@ -32,51 +32,33 @@ async def read_body_buffer(request: Request, limit: int, timeout_s: float | None
 
 
 async def read_asgi_body(
-    receive: Receive,
-    limit: int,
-    declared: int | None,
-    timeout_s: float | None,
-    method: str,
-    path: str,
-    complete: bool = False,
+    receive: Receive, limit: int, declared: int | None, timeout_s: float | None, method: str, path: str
 ) -> Buffer:
     """The whole body, at most ``limit`` bytes (413), within ``timeout_s`` from
     the first read (408, the connection is then closed). A client that hangs up
     mid-body is a 499 with one log line. A large body comes back as a view of a
-    memory map, never joined in one copy (api/body_buffer.py). ``complete``: the
-    server has the whole body buffered already (sift_server/http_protocol.py),
-    so reading it cannot stall and needs no timer."""
+    memory map, never joined in one copy (api/body_buffer.py)."""
     buffer = BodyBuffer(limit, declared)
-    if complete:
-        await _collect(receive, buffer, limit, method, path)
-        return buffer.view()
+    size = 0
     try:
         async with asyncio.timeout(timeout_s):
-            await _collect(receive, buffer, limit, method, path)
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    log.info("%s %s: client disconnected mid-body after %d bytes: 499", method, path, size)
+                    raise RequestCancelled("The client disconnected before sending the whole body.")
+                chunk = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLarge(f"Request body exceeds the limit of {limit} bytes.")
+                    buffer.add(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
-        log.info(
-            "%s %s: body not complete after %.1fs (%d bytes read): 408", method, path, timeout_s or 0.0, buffer.size
-        )
+        log.info("%s %s: body not complete after %.1fs (%d bytes read): 408", method, path, timeout_s or 0.0, size)
         raise BodyTimeout(f"The request body was not received within {timeout_s:g} s.") from None
     return buffer.view()
-
-
-async def _collect(receive: Receive, buffer: BodyBuffer, limit: int, method: str, path: str) -> None:
-    """Receive body messages into ``buffer`` until the last one."""
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            log.info("%s %s: client disconnected mid-body after %d bytes: 499", method, path, size)
-            raise RequestCancelled("The client disconnected before sending the whole body.")
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(f"Request body exceeds the limit of {limit} bytes.")
-            buffer.add(chunk)
-        if not message.get("more_body", False):
-            return
 
 
 async def wait_for_asgi_disconnect(receive: Receive) -> None:

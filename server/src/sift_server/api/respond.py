@@ -16,7 +16,6 @@ from sift_server.core.endpoints import Endpoint
 from sift_server.core.serve import Call, Reply, error_reply, handle
 from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
-from sift_server.http_protocol import BODY_COMPLETE
 
 
 def scope_headers(scope: Scope) -> dict[str, str]:
@@ -35,7 +34,6 @@ async def answer(state: ServerState, endpoint: Endpoint, model: str, scope: Scop
             state.settings.body_timeout_s,
             scope["method"],
             scope["path"],
-            complete=scope.get(BODY_COMPLETE, False),
         )
     except SiftError as error:
         state.metrics.count(model, endpoint.name, error.status)
