@@ -5,12 +5,21 @@ while an export runs."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
-from gliner.modeling.span_rep import SpanMarkerV0
 
 from sift_server.adapters.backends.gliner_export import WordFactoredMarkerV0, factored_span_layer
+
+
+def marker_v0(hidden: int, max_width: int) -> Any:
+    """The library's markerV0 layer. Imported here, not at the top: importing gliner pulls in
+    transformers, ONNX and scikit-learn, and every pytest-xdist worker imports every test module
+    while collecting, whether or not it runs this one."""
+    from gliner.modeling.span_rep import SpanMarkerV0
+
+    return SpanMarkerV0(hidden, max_width, dropout=0.0)
 
 
 def spans(batch: int, words: int, max_width: int) -> torch.Tensor:
@@ -22,7 +31,7 @@ def spans(batch: int, words: int, max_width: int) -> torch.Tensor:
 @pytest.mark.parametrize(("hidden", "max_width", "words"), [(16, 4, 7), (32, 12, 20)])
 def test_factored_layer_computes_the_librarys_span_representations(hidden: int, max_width: int, words: int) -> None:
     torch.manual_seed(0)
-    marker = SpanMarkerV0(hidden, max_width, dropout=0.0).eval()
+    marker = marker_v0(hidden, max_width).eval()
     h = torch.randn(3, words, hidden)
     index = spans(3, words, max_width)
     with torch.no_grad():
@@ -34,7 +43,7 @@ def test_factored_layer_computes_the_librarys_span_representations(hidden: int, 
 
 
 def test_the_swap_lasts_only_while_open() -> None:
-    marker = SpanMarkerV0(16, 4, dropout=0.0)
+    marker = marker_v0(16, 4)
     holder = SimpleNamespace(span_rep_layer=marker)
     model = SimpleNamespace(model=SimpleNamespace(span_rep_layer=holder))
     with factored_span_layer(model) as swapped:
