@@ -91,6 +91,13 @@ def burst(h: Harness, size: int, gap: float, prefix: str) -> None:
         h.arrive(f"{prefix}{i}")
 
 
+def served_burst(h: Harness, size: int, prefix: str) -> None:
+    """A burst of ``size`` 0.2 ms apart, served to the end, then 50 ms of quiet."""
+    burst(h, size, 0.2 * MS, prefix)
+    h.settle()
+    h.clock.advance(50 * MS)
+
+
 def test_immediate_dispatches_a_lone_request_without_waiting() -> None:
     h = Harness(ImmediatePolicy())
     h.arrive("a")
@@ -136,9 +143,7 @@ def test_adaptive_sequential_traffic_dispatches_each_request_at_once() -> None:
 def test_adaptive_learns_a_burst_and_fuses_the_next_one_whole() -> None:
     h = Harness(AdaptivePolicy(max_hold=10 * MS))
     # First burst of 8 after sequential history: nothing predicts it, it may split.
-    burst(h, 8, 0.2 * MS, "a")
-    h.settle()
-    h.clock.advance(50 * MS)
+    served_burst(h, 8, "a")
     # The second burst: the model expects 8, and once the 8th arrived waits only
     # ``follow_gap`` for a ninth (a burst may be bigger than the last one).
     for i in range(8):
@@ -177,9 +182,7 @@ def test_adaptive_bursts_with_jitter_each_run_as_one_forward_after_the_first() -
 
 def test_adaptive_smaller_burst_than_predicted_ends_on_the_quiet_gap() -> None:
     h = Harness(AdaptivePolicy(max_hold=10 * MS))
-    burst(h, 8, 0.2 * MS, "a")
-    h.settle()
-    h.clock.advance(50 * MS)
+    served_burst(h, 8, "a")
     burst(h, 3, 0.2 * MS, "b")
     decision = h.decide()
     assert isinstance(decision, WaitUntil)
@@ -314,9 +317,7 @@ def test_adaptive_does_not_hold_for_companions_that_already_ran() -> None:
 def test_adaptive_holds_a_burst_bigger_than_learned_until_it_goes_quiet() -> None:
     h = Harness(AdaptivePolicy(max_hold=10 * MS))
     for b in range(3):
-        burst(h, 8, 0.2 * MS, f"a{b}-")
-        h.settle()
-        h.clock.advance(50 * MS)
+        served_burst(h, 8, f"a{b}-")
     assert h.arrivals.expected_size == 8
     # A burst of 12: its 9th arrival came before the 8th was dispatched.
     burst(h, 12, 0.2 * MS, "b")
@@ -330,10 +331,7 @@ def test_adaptive_holds_a_burst_bigger_than_learned_until_it_goes_quiet() -> Non
     h.run_forward(1 * MS)
     h.clock.advance(50 * MS)
     # The next burst of 12 was learned: dispatched once it is complete and quiet.
-    for i in range(12):
-        if i:
-            h.clock.advance(0.2 * MS)
-        h.arrive(f"c{i}")
+    burst(h, 12, 0.2 * MS, "c")
     decision = h.decide()
     assert isinstance(decision, WaitUntil)
     h.clock.now = decision.deadline
@@ -346,9 +344,7 @@ def test_adaptive_does_not_cut_a_bigger_burst_at_the_learned_size() -> None:
     # ran as a complete burst and the other 24 waited a whole forward.
     h = Harness(AdaptivePolicy(max_hold=10 * MS))
     for b in range(3):
-        burst(h, 8, 0.2 * MS, f"a{b}-")
-        h.settle()
-        h.clock.advance(50 * MS)
+        served_burst(h, 8, f"a{b}-")
     forwards = []
     for i in range(32):
         if i:
@@ -364,9 +360,7 @@ def test_adaptive_does_not_cut_a_bigger_burst_at_the_learned_size() -> None:
 
 def test_adaptive_hold_that_outlives_the_cluster_is_labelled_window() -> None:
     h = Harness(AdaptivePolicy(max_hold=10 * MS))
-    burst(h, 8, 0.2 * MS, "a")
-    h.settle()
-    h.clock.advance(50 * MS)
+    served_burst(h, 8, "a")
     h.arrive("lone")  # predicted to be the head of a burst of 8
     decision = h.decide()
     assert isinstance(decision, WaitUntil)

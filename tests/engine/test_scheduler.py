@@ -185,22 +185,26 @@ def test_a_returning_wave_runs_whole_past_the_load_caps_and_is_answered_together
     assert batch.deliver_together  # its sub-forwards, if any, answer when it ends
 
 
-def test_without_learned_waves_the_load_caps_cut_a_sustained_backlog_which_answers_together() -> None:
-    # Early answers would send closed-loop clients back mid-forward and split the loop
-    # into uneven groups before any wave was learned.
+def eight_after_a_forward(now: float) -> Scheduler:
+    """Eight 16-token requests admitted at ``now`` under a 64-token load cap, the last
+    forward having ended at 0."""
     s = Scheduler(ImmediatePolicy(), SchedulerConfig(load_caps=Caps(max_cost=64)))
     s.last_forward_end = 0.0
     for i in range(8):
-        s.admit(f"r{i}", [16], 0.0)
+        s.admit(f"r{i}", [16], now)
+    return s
+
+
+def test_without_learned_waves_the_load_caps_cut_a_sustained_backlog_which_answers_together() -> None:
+    # Early answers would send closed-loop clients back mid-forward and split the loop
+    # into uneven groups before any wave was learned.
+    s = eight_after_a_forward(0.0)
     batch = s.take(Dispatch("default", "backlog"), 0.0)
     assert batch is not None and len(batch.slices) == 4 and batch.deliver_together
 
 
 def test_a_burst_after_idle_time_keeps_early_answers() -> None:
-    s = Scheduler(ImmediatePolicy(), SchedulerConfig(load_caps=Caps(max_cost=64)))
-    s.last_forward_end = 0.0
-    for i in range(8):
-        s.admit(f"r{i}", [16], 1.0)
+    s = eight_after_a_forward(1.0)
     batch = s.take(Dispatch("default", "burst-complete"), 1.0)
     assert batch is not None and not batch.deliver_together
 
