@@ -83,7 +83,7 @@ def read_positions(input_ids: torch.Tensor, config: Any, slots: int) -> torch.Te
 
 
 class PrunedLastLayer(nn.Module):
-    """A BertLayer's forward for the rows at ``positions`` only (eval mode)."""
+    """A BertLayer's forward for the rows at the read positions only (eval mode)."""
 
     def __init__(self, layer: Any) -> None:
         super().__init__()
@@ -98,9 +98,10 @@ class PrunedLastLayer(nn.Module):
         self.intermediate: nn.Module = layer.intermediate
         self.output: nn.Module = layer.output
 
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        batch, length, width = hidden.shape
-        rows = torch.gather(hidden, 1, positions.unsqueeze(-1).expand(-1, -1, width))
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``index``: the read positions expanded over the hidden axis ([batch, rows, width])."""
+        batch, length, _ = hidden.shape
+        rows = torch.gather(hidden, 1, index)
         query = self.query(rows).view(batch, -1, self.heads, self.head_size).transpose(1, 2)
         key = self.key(hidden).view(batch, length, self.heads, self.head_size).transpose(1, 2)
         value = self.value(hidden).view(batch, length, self.heads, self.head_size).transpose(1, 2)
@@ -140,8 +141,8 @@ class PrunedForward(nn.Module):
             hidden = uni.encoder_model(**named, return_dict=True).last_hidden_state
         input_ids, mask = named["input_ids"], named["attention_mask"]
         positions = read_positions(input_ids, uni.config, slots)
-        rows = self.last(hidden, mask, positions)
         index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        rows = self.last(hidden, mask, index)
         # Rows never read stay zero; repeated positions (slot 0's fill) carry equal rows.
         full = torch.zeros_like(hidden).scatter(1, index, rows)
         logits: torch.Tensor = uni.process_encoder_output(input_ids, mask, full, None, slots)[0]
