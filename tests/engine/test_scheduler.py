@@ -9,7 +9,15 @@ import pytest
 from sift_server.engine import padding
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.forward_cost import ForwardCost
-from sift_server.engine.policy import AdaptivePolicy, Dispatch, ImmediatePolicy, WaitUntil
+from sift_server.engine.policy import (
+    AdaptivePolicy,
+    Decision,
+    Dispatch,
+    Idle,
+    ImmediatePolicy,
+    SchedulerState,
+    WaitUntil,
+)
 from sift_server.engine.returns import ReturnModel
 from sift_server.engine.scheduler import Scheduler, SchedulerConfig
 from sift_server.errors import QueueFull, ShuttingDown
@@ -32,6 +40,32 @@ def test_admit_take_complete_returns_finished_requests() -> None:
     assert s.queued_items == 3
     assert sorted(run(s, 0.0, 1 * MS)) == ["a", "b"]
     assert s.idle and s.forwards_run == 1
+
+
+class CountingPolicy(ImmediatePolicy):
+    """ImmediatePolicy that counts how often it is asked."""
+
+    asked = 0
+
+    def decide(self, state: SchedulerState, now: float) -> Decision:
+        CountingPolicy.asked += 1
+        return super().decide(state, now)
+
+
+def test_while_a_forward_runs_the_scheduler_answers_idle_without_asking_the_policy() -> None:
+    CountingPolicy.asked = 0
+    s = Scheduler(CountingPolicy())
+    s.admit("a", [4], 0.0)
+    decision = s.decide(0.0)
+    assert isinstance(decision, Dispatch) and CountingPolicy.asked == 1
+    batch = s.take(decision, 0.0)
+    assert batch is not None
+    for k in range(5):  # arrivals during the forward
+        s.admit(f"late{k}", [4], 0.001 * k)
+        assert isinstance(s.decide(0.001 * k), Idle)
+    assert CountingPolicy.asked == 1
+    s.complete(batch, 0.0, 0.01)
+    assert isinstance(s.decide(0.01), Dispatch) and CountingPolicy.asked == 2
 
 
 def test_queue_bound_refuses_only_when_full_and_closing_refuses_everything() -> None:

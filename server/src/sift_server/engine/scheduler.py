@@ -32,7 +32,7 @@ from sift_server.engine.arrivals import ArrivalModel
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
 from sift_server.engine.forward_cost import ForwardCost
 from sift_server.engine.padding import padded_tokens
-from sift_server.engine.policy import Decision, Dispatch, LaneView, Policy, Reason, SchedulerState
+from sift_server.engine.policy import Decision, Dispatch, Idle, LaneView, Policy, Reason, SchedulerState
 from sift_server.engine.returns import ReturnModel
 from sift_server.errors import QueueFull, ShuttingDown
 
@@ -367,6 +367,11 @@ class Scheduler:
         )
 
     def decide(self, now: float) -> Decision:
+        if self.running is not None:
+            # One forward at a time: nothing starts before it ends, whatever the policy
+            # (each one answers Idle while busy). Building the state would be wasted work
+            # on the busiest path, an arrival during a forward.
+            return Idle()
         return self.policy.decide(self.state(now), now)
 
     def take(self, decision: Dispatch, now: float) -> Batch | None:
