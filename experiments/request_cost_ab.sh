@@ -5,6 +5,7 @@
 # load is measured on each tree in turn for SECONDS (experiments/request_cost.py on CPU 1), so
 # the trees see the same minutes of the shared machine. No server restarts between rounds.
 # Usage: flock -x /tmp/sift-cpu.lock experiments/request_cost_ab.sh ROUNDS SECONDS TREE...
+#        (a TREE named "floor" is experiments/floor_server.py: the floor under the figure)
 #        (ROUTES="json msgpack openai" and LOADS="8 32" by default)
 #        then: .venv/bin/python experiments/request_cost_summary.py OUTPUT
 set -u
@@ -23,9 +24,14 @@ PIDS=() PORTS=() NAMES=()
 k=0
 for tree in "$@"; do
   port=$((18781 + k))
-  (cd "$tree" && PYTHONPATH=$tree/server/src exec taskset -c 0 "$ROOT/.venv/bin/python" -m sift_server serve \
-    --catalog "$WORK/catalog" --model tiny/embedder --port $port --torch-threads 1 --log-level warning \
-    > "$WORK/ab-server-$k.log" 2>&1) &
+  if [ "$tree" = floor ]; then  # the floor under the figure: experiments/floor_server.py on this checkout
+    (SIFT_BACKEND=onnx:fp32 PYTHONPATH=$ROOT/server/src exec taskset -c 0 "$ROOT/.venv/bin/python" \
+      experiments/floor_server.py "$WORK/catalog" tiny/embedder $port > "$WORK/ab-server-$k.log" 2>&1) &
+  else
+    (cd "$tree" && PYTHONPATH=$tree/server/src exec taskset -c 0 "$ROOT/.venv/bin/python" -m sift_server serve \
+      --catalog "$WORK/catalog" --model tiny/embedder --port $port --torch-threads 1 --log-level warning \
+      > "$WORK/ab-server-$k.log" 2>&1) &
+  fi
   PIDS+=($!) PORTS+=($port) NAMES+=("$(basename "$tree")")
   k=$((k + 1))
 done
