@@ -6,6 +6,7 @@ import logging
 import os
 from pathlib import Path
 
+from sift_server.adapters._lean_imports import import_transformers_models
 from sift_server.adapters.base import Adapter, LoadContext
 from sift_server.registry.adapters import adapter_class
 from sift_server.registry.catalog import ModelSpec, resolve_local_path
@@ -64,6 +65,9 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
         tolerance=spec.tolerance,
         rechoose_backend=rechoose_backend(),
     )
+    if backend in ("torch", "auto"):
+        # PyTorch runs, or times the candidates: transformers' model code will be imported.
+        import_transformers_models()
     return adapter_class(spec.adapter).load(ctx)
 
 
