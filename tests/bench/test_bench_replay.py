@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sift_bench.analysis import analyze
-from sift_bench.replay import build_forward, combine, describe, replay_phase
+from sift_bench.replay import build_forward, combine, describe, replay_phase, server_cut
 from sift_bench.replay_analysis import replay_figures
 from sift_bench.replay_plan import ReplayForward, cap, phase_forwards, plan_phase
 from sift_bench.report import markdown, summary_rows
@@ -93,7 +93,10 @@ def test_plan_phase_summary_has_the_servers_time_per_item_of_the_replayed_forwar
     assert summary["items"] == 2 and summary["total_items"] == 3
     assert summary["server_ms_per_item"] == pytest.approx(10.0)
     assert summary["busy_fraction"] == pytest.approx(0.5)
-    assert plan.child_input() == [{"forward_id": 0, "parts": [["a0"]]}, {"forward_id": 2, "parts": [["c0"]]}]
+    assert plan.child_input() == [
+        {"forward_id": 0, "parts": [["a0"]], "chunks": 1},
+        {"forward_id": 2, "parts": [["c0"]], "chunks": 1},
+    ]
 
 
 class FakeAdapter:
@@ -133,14 +136,29 @@ def test_a_forward_is_cut_into_sub_forwards_as_the_server_cuts_it() -> None:
     adapter = FakeAdapter()
     long_text = "x" * 100
     # A small fixed cost: the long item alone, the short ones together, shortest first.
-    chunks = build_forward(_prepare(adapter), [["ab", long_text], ["cd"]], fixed_tokens=1.0)
+    chunks, how = build_forward(_prepare(adapter), [["ab", long_text], ["cd"]], fixed_tokens=1.0)
     assert [[p.prepared.payload[p.start : p.stop] for p in chunk] for chunk in chunks] == [
         [["ab"], ["cd"]],
         [[long_text]],
     ]
+    assert how == "own"
     # Unknown fixed cost: one call over whole parts, as the server runs an uncut batch.
-    whole = build_forward(_prepare(adapter), [["ab", long_text], ["cd"]], fixed_tokens=None)
+    whole, _ = build_forward(_prepare(adapter), [["ab", long_text], ["cd"]], fixed_tokens=None)
     assert [[(p.start, p.stop) for p in chunk] for chunk in whole] == [[(0, 2), (0, 1)]]
+
+
+def test_the_replay_cuts_a_forward_into_as_many_sub_forwards_as_the_server_did() -> None:
+    costs = [2, 100, 2]
+    # The child's own fixed cost cuts in two; the server ran it whole (its learned cost was higher).
+    assert server_cut(costs, 1.0, None) == ([[0, 2], [1]], "own")
+    assert server_cut(costs, 1.0, 2) == ([[0, 2], [1]], "own")
+    assert server_cut(costs, 1.0, 1) == ([[0, 1, 2]], "matched")
+    # No fixed cost makes three sub-forwards of two length classes: the child's own cut stays.
+    assert server_cut(costs, 1.0, 3) == ([[0, 2], [1]], "differs")
+    adapter = FakeAdapter()
+    out = replay_phase(adapter, [[["ab", "x" * 100], ["cd"]]], _prepare(adapter), 1.0, chunks=[1], passes=1, warm=0)
+    assert adapter.calls == [[["ab", "x" * 100], ["cd"]]]
+    assert out["sub_forwards"] == 1 and out["cuts"] == {"own": 0, "matched": 1, "differs": 0}
 
 
 def _replay_block(rate_by_phase: dict[str, float], server_ms: float = 10.0) -> dict[str, Any]:

@@ -7,7 +7,9 @@ has stopped, on the same CPUs with the same threads, the very batches that
 server formed in each closed-loop phase (``replay_plan``: same texts, same
 groups, same order), each prepared beforehand and run as the server runs it
 (cut into sub-forwards by ``engine.padding`` with the fixed cost measured here
-the way the ceiling measures it). Two timed passes follow an untimed warm-up
+the way the ceiling measures it, or, where that cost cuts a forward into
+another number of sub-forwards than the trace records, with the nearest one
+that gives the server's number: ``server_cut``). Two timed passes follow an untimed warm-up
 of the first forwards; the figure is the median of the passes (with two, their
 mean). Served items/s over replayed items/s of the same batches is then a
 ratio that host drift between trials cannot bias.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,22 +49,54 @@ PASSES = 2
 WARM_FORWARDS = 5
 
 
+# Fixed costs (tokens) tried when the child's own does not cut a forward into as
+# many sub-forwards as the server did: the server learns its fixed cost online,
+# so on a drifting host its cut can differ from one made with the child's.
+_CANDIDATE_FIXED = (None, 0.0, *(2.0**k for k in range(14)))
+
+
+def server_cut(costs: Sequence[int], fixed_tokens: float | None, chunks: int | None) -> tuple[list[list[int]], str]:
+    """``padding.plan``'s groups for ``costs`` with the child's fixed cost, or
+    (when that gives another number of sub-forwards than the server's ``chunks``)
+    with the candidate fixed cost nearest to it that gives the server's number.
+    The second value: ``own``, ``matched`` (a candidate reproduced the count)
+    or ``differs`` (none did; the child's own cut is used)."""
+    from sift_server.engine import padding
+
+    groups = padding.plan(costs, fixed_tokens)
+    if chunks is None or len(groups) == chunks:
+        return groups, "own"
+    own = fixed_tokens or 0.0
+
+    def distance(candidate: float | None) -> float:
+        return float("inf") if candidate is None else abs(math.log1p(candidate) - math.log1p(own))
+
+    for candidate in sorted(_CANDIDATE_FIXED, key=distance):
+        other = padding.plan(costs, candidate)
+        if len(other) == chunks:
+            return other, "matched"
+    return groups, "differs"
+
+
 def build_forward(
-    prepare: Callable[[list[str]], Any], parts: Sequence[Sequence[str]], fixed_tokens: float | None
-) -> list[list[Any]]:
+    prepare: Callable[[list[str]], Any],
+    parts: Sequence[Sequence[str]],
+    fixed_tokens: float | None,
+    chunks: int | None = None,
+) -> tuple[list[list[Any]], str]:
     """One server forward as the adapter calls it: one prepared request per
     part; several sub-forwards of similar length (one item per part, shortest
-    first) when ``padding.plan`` cuts it, else one call over whole parts."""
+    first) when the cut (``server_cut``) makes several, else one call over whole
+    parts. ``chunks``: the server's number of sub-forwards, when known."""
     from sift_server.adapters.base import Part
-    from sift_server.engine import padding
 
     prepared = [prepare(list(texts)) for texts in parts]
     items = [(k, i) for k, p in enumerate(prepared) for i in range(len(p.item_costs))]
     costs = [prepared[k].item_costs[i] for k, i in items]
-    groups = padding.plan(costs, fixed_tokens)
+    groups, how = server_cut(costs, fixed_tokens, chunks)
     if len(groups) <= 1:
-        return [[Part(p, 0, len(p.item_costs)) for p in prepared]]
-    return [[Part(prepared[items[j][0]], items[j][1], items[j][1] + 1) for j in group] for group in groups]
+        return [[Part(p, 0, len(p.item_costs)) for p in prepared]], how
+    return [[Part(prepared[items[j][0]], items[j][1], items[j][1] + 1) for j in group] for group in groups], how
 
 
 def replay_phase(
@@ -70,29 +105,37 @@ def replay_phase(
     prepare: Callable[[list[str]], Any],
     fixed_tokens: float | None,
     *,
+    chunks: Sequence[int | None] = (),
     passes: int = PASSES,
     warm: int = WARM_FORWARDS,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
     """Time ``forwards`` (per forward, per part, its texts) in order: items,
-    forwards, sub-forwards, seconds per pass and the median pass."""
-    built = [build_forward(prepare, parts, fixed_tokens) for parts in forwards]
+    forwards, sub-forwards, seconds per pass and the median pass. ``chunks``:
+    per forward, the server's number of sub-forwards (empty: the child's cut)."""
+    cuts = list(chunks) or [None] * len(forwards)
+    built, how = [], []
+    for parts, count in zip(forwards, cuts, strict=True):
+        forward, kind = build_forward(prepare, parts, fixed_tokens, count)
+        built.append(forward)
+        how.append(kind)
     items = sum(len(texts) for parts in forwards for texts in parts)
 
-    def run(chunks: list[list[Any]]) -> float:
+    def run(calls: list[list[Any]]) -> float:
         t0 = clock()
-        for chunk in chunks:
-            adapter.forward(chunk)
+        for call in calls:
+            adapter.forward(call)
         return clock() - t0
 
-    for chunks in built[:warm]:
-        run(chunks)  # not timed: first calls at these shapes
-    pass_s = [sum(run(chunks) for chunks in built) for _ in range(passes)]
+    for calls in built[:warm]:
+        run(calls)  # not timed: first calls at these shapes
+    pass_s = [sum(run(calls) for calls in built) for _ in range(passes)]
     seconds = median(pass_s) if pass_s else 0.0
     return {
         "items": items,
         "forwards": len(built),
-        "sub_forwards": sum(len(chunks) for chunks in built),
+        "sub_forwards": sum(len(calls) for calls in built),
+        "cuts": {kind: how.count(kind) for kind in ("own", "matched", "differs")},
         "pass_s": pass_s,
         "seconds": seconds,
         "items_per_s": items / seconds if seconds > 0 else None,
@@ -118,7 +161,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     phases: dict[str, Any] = {}
     for name, forwards in spec["phases"].items():
         parts = [f["parts"] for f in forwards]
-        phases[name] = replay_phase(adapter, parts, prepare, fixed_tokens, passes=spec["passes"])
+        # Older inputs have no server cut: the child's own then.
+        chunks = [f.get("chunks") for f in forwards]
+        phases[name] = replay_phase(adapter, parts, prepare, fixed_tokens, chunks=chunks, passes=spec["passes"])
         print(f"replay: {name} done ({len(parts)} forwards)", file=sys.stderr, flush=True)
     result = {"runtime": runtime_of(adapter), "load_s": load_s, "fixed_tokens": fixed_tokens, "phases": phases}
     print(json.dumps(result), flush=True)

@@ -40,6 +40,8 @@ def trial_row(trial: int, served: float, block: Mapping[str, Any]) -> dict[str, 
         "forward_slowdown": server_ms / replay_ms if server_ms and replay_ms else None,
         "busy_fraction": block.get("busy_fraction"),
         "sub_forwards": [block.get("server_chunks"), replay.get("sub_forwards")],
+        # Forwards the child's own fixed cost would have cut otherwise than the server did.
+        "cuts": replay.get("cuts"),
         "pass_items_per_s": [replay["items"] / s for s in passes if s > 0],
         "not_in_trace": block.get("not_in_trace", 0),
     }

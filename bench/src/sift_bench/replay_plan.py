@@ -70,8 +70,11 @@ class PhaseReplayPlan:
         return math.fsum(f.server_s for f in self.forwards)
 
     def child_input(self) -> list[dict[str, Any]]:
-        """What the replay child needs of each forward: its parts' texts."""
-        return [{"forward_id": f.forward_id, "parts": [list(p) for p in f.parts]} for f in self.forwards]
+        """What the replay child needs of each forward: its parts' texts and
+        the number of sub-forwards the server cut it into."""
+        return [
+            {"forward_id": f.forward_id, "parts": [list(p) for p in f.parts], "chunks": f.chunks} for f in self.forwards
+        ]
 
     def summary(self) -> dict[str, Any]:
         """The plan's figures for results.json (no texts)."""

@@ -36,6 +36,14 @@ def _curve(results: Mapping[str, Any], arm: str, phase: str) -> str:
     return text
 
 
+def _cuts(row: Mapping[str, Any]) -> str:
+    """Sub-forwards, server / replay, and the forwards recut to the server's count."""
+    text = " / ".join(str(x) if x is not None else "-" for x in row["sub_forwards"])
+    cuts = row.get("cuts") or {}
+    notes = [f"{cuts[k]} {k}" for k in ("matched", "differs") if cuts.get(k)]
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
 HEADERS = [
     "arm", "phase", "trial", "served items/s", "replay items/s", "served / replay", "mean fwd items",
     "server fwd ms/item", "replay ms/item", "server / replay fwd", "in forwards", "forwards replayed",
@@ -54,7 +62,7 @@ def replay_rows(results: Mapping[str, Any]) -> list[list[str]]:
                     _f(r["ratio"], 3), _f(r["mean_forward_items"]), _f(r["server_ms_per_item"], 2),
                     _f(r["replay_ms_per_item"], 2), _f(r["forward_slowdown"], 3),
                     "-" if busy is None else f"{busy * 100:.0f} %", f"{r['forwards']}/{r['total_forwards']}",
-                    " / ".join(str(x) if x is not None else "-" for x in r["sub_forwards"]),
+                    _cuts(r),
                     ", ".join(_f(x) for x in r["pass_items_per_s"]),
                     " / ".join(str(x or "?") for x in r.get("runtime", ())),
                 ])  # fmt: skip
@@ -86,7 +94,9 @@ def section(results: Mapping[str, Any]) -> list[str]:
     lines += [
         "After each run, its server stopped, a child process on the same CPUs with the same threads, code and "
         "backend replays the forwards that server formed in each closed loop: the same texts in the same groups "
-        "and order, tokenized beforehand, cut into sub-forwards as the server cuts them, two timed passes after "
+        "and order, tokenized beforehand, cut into as many sub-forwards as the server cut each (`padding.plan` with "
+        "the fixed cost measured in the child; `matched`: forwards that cost would have cut otherwise, recut with "
+        "the fixed cost nearest to it that gives the server's count; `differs`: none did), two timed passes after "
         "an untimed warm-up; the figure is the median pass (with two passes, their mean). Long phases are "
         "sampled: every k-th forward, within a few seconds of server forward time. `served / replay`: the "
         "phase's served items/s over the replay's, per trial; **all**: the geometric mean of the per-trial "
