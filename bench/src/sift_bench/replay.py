@@ -22,6 +22,7 @@ server, with the arm's code and backend, and returns the per-phase figures.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -143,6 +144,16 @@ def replay_phase(
     }
 
 
+def quiet_collector() -> None:
+    """The garbage collector as a server has it once its model is loaded: the
+    heap frozen (registry, after a load) and high thresholds
+    (``server.tune_collector``), so collections never scan the model's objects
+    in the middle of a timed forward."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1000)
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     from sift_bench.ceiling import fixed_tokens_of, load_model, preparer, runtime_of
     from sift_bench.workload import texts_for
@@ -154,6 +165,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     adapter = load_model(spec["model"], [Path(c) for c in spec["catalogs"]], spec["torch_threads"])
     load_s = time.perf_counter() - started
+    quiet_collector()
     fields = dict(spec["request"])
     fields["labels"] = tuple(fields.get("labels", ()))
     prepare = preparer(adapter, RequestSpec(**fields))
