@@ -26,6 +26,13 @@ def test_sift_bench_is_registered_with_its_options() -> None:
     assert (extract.workload, extract.primitive, extract.labels) == ("mixed", "extract", "a,b")
 
 
+def test_the_replay_is_on_unless_turned_off() -> None:
+    assert not build_parser().parse_args(["bench"]).no_replay
+    args = build_parser().parse_args(["bench", "--no-replay", "--replay-seconds", "1.5"])
+    assert args.no_replay and args.replay_seconds == 1.5
+    assert bench_cli.QUICK["replay_seconds"] < bench_cli.FULL["replay_seconds"]
+
+
 def test_bad_sizes_are_rejected() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--burst-sizes", "0,8"])

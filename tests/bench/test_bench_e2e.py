@@ -63,6 +63,13 @@ def test_bench_end_to_end_joins_every_request(tmp_path: Path) -> None:
     assert [(r["numerator"], r["denominator"], r["n"]) for r in results["analysis"]["ratios"]] == [
         ("adaptive", "immediate", 1)
     ]
+    # Each run's closed loop replayed in-process, after its server stopped.
+    assert "## In-process replay of the server's batches" in report
+    for run in results["runs"]:
+        block = run["replay"]["phases"]["closed8"]
+        assert block["forwards"] > 0 and block["replay"]["items"] == block["items"] > 0
+        assert block["replay"]["items_per_s"] > 0 and block["not_in_trace"] == 0
+    assert {arm for arm in results["analysis"]["replay"]} == {"adaptive", "immediate"}
     ceiling = results["ceiling"]
     assert ceiling is not None, results["warnings"]
     assert ceiling["best"]["items_per_s"] > 0

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sift_bench.replay_analysis import replay_figures
 from sift_bench.stats import geometric_mean, geometric_ratio, median, percentile, percentiles
 
 MS = 1000.0
@@ -183,7 +184,12 @@ def analyze(results: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 entry.update({"ratio": None, "low": None, "high": None, "n": 0, "per_trial": []})
             ratios.append(entry)
-    return {"summary": summary, "ratios": ratios, "batch_sizes_seen": batch_sizes_seen(results)}
+    return {
+        "summary": summary,
+        "ratios": ratios,
+        "batch_sizes_seen": batch_sizes_seen(results),
+        "replay": replay_figures(valid_runs, per_run),
+    }
 
 
 def batch_sizes_seen(results: Mapping[str, Any]) -> list[int]:

@@ -39,6 +39,24 @@ def batches_covering(texts: Sequence[str], size: int) -> list[list[str]]:
     return [[texts[(b * size + k) % count] for k in range(size)] for b in range(-(-count // size))]
 
 
+def preparer(adapter: Any, request: RequestSpec = ENCODE_DENSE) -> Callable[[list[str]], Any]:
+    """``adapter.prepare`` of one request of these texts, as the bench sends them
+    (the request spec's primitive, query and labels)."""
+    from sift_server.adapters.base import EncodeTask, ExtractTask, ScoreTask, TaskInput
+
+    def prepare(texts: list[str]) -> Any:
+        task: TaskInput
+        if request.primitive == "score":
+            task = ScoreTask(request.query, texts)
+        elif request.primitive == "extract":
+            task = ExtractTask(texts, list(request.labels))
+        else:
+            task = EncodeTask(texts)
+        return adapter.prepare(task)
+
+    return prepare
+
+
 def measure(
     adapter: Any,
     texts: Sequence[str],
@@ -52,19 +70,10 @@ def measure(
 ) -> dict[str, Any]:
     """Per batch size: items/s over whole passes of the texts (the median pass), and
     the median time of one forward, for the request spec's primitive."""
-    from sift_server.adapters.base import EncodeTask, ExtractTask, Part, ScoreTask, TaskInput
+    from sift_server.adapters.base import Part
     from sift_server.engine import padding
 
-    def prepare(batch: list[str]) -> Any:
-        task: TaskInput
-        if request.primitive == "score":
-            task = ScoreTask(request.query, batch)
-        elif request.primitive == "extract":
-            task = ExtractTask(batch, list(request.labels))
-        else:
-            task = EncodeTask(batch)
-        return adapter.prepare(task)
-
+    prepare = preparer(adapter, request)
     fixed_tokens = fixed_tokens_of(adapter, prepare, texts)
     out: dict[str, Any] = {}
     for size in sorted(set(sizes)):

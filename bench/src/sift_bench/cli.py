@@ -30,9 +30,9 @@ HELP = "measure the batching engine: compare policies and code revisions through
 
 # Phase sizes of a full run and of --quick (explicit options win over both).
 FULL = {"sequential": 200, "bursts": 24, "closed_seconds": 15.0, "warmup_sequential": 20, "warmup_closed_s": 2.0,
-        "ceiling_seconds": 0.5}  # fmt: skip
+        "ceiling_seconds": 0.5, "replay_seconds": 3.0}  # fmt: skip
 QUICK = {"sequential": 40, "bursts": 6, "closed_seconds": 3.0, "warmup_sequential": 10, "warmup_closed_s": 1.0,
-         "ceiling_seconds": 0.2}  # fmt: skip
+         "ceiling_seconds": 0.2, "replay_seconds": 1.5}  # fmt: skip
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -130,6 +130,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--out", type=Path, help="output folder (default bench-results/<timestamp>)")
     out.add_argument("--no-ceiling", action="store_true", help="skip the in-process ceiling")
     out.add_argument("--ceiling-seconds", type=float, help="time per batch size of the ceiling (default 0.5)")
+    out.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="skip the in-process replay of each run's closed-loop forwards (on with the ceiling)",
+    )
+    out.add_argument("--replay-seconds", type=float,
+                     help="server forward time replayed per closed loop, at most (default 3; quick 1.5)")  # fmt: skip
     out.add_argument("--no-plots", action="store_true")
     out.add_argument("--no-progress", action="store_true", help="no progress bars")
     out.add_argument("--report", type=Path, metavar="RESULTS_JSON",
@@ -294,6 +301,8 @@ def main(args: argparse.Namespace) -> int:
             torch_threads=args.torch_threads,
             ceiling=not args.no_ceiling,
             ceiling_min_time_s=args.ceiling_seconds if args.ceiling_seconds is not None else preset["ceiling_seconds"],
+            replay=not args.no_replay,
+            replay_cap_s=args.replay_seconds if args.replay_seconds is not None else preset["replay_seconds"],
             seed=args.seed,
             ready_timeout_s=args.ready_timeout,
             plots=not args.no_plots,

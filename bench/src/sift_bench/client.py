@@ -297,3 +297,15 @@ def fetch_dims(base_url: str, model: str, timeout: float = 10.0) -> int | None:
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     return int(dims) if isinstance(dims, int) and dims > 0 else None
+
+
+def fetch_runtime(base_url: str, model: str, timeout: float = 10.0) -> str | None:
+    """What runs the model's forward as the server reports it, e.g. ``openvino fp32``
+    (None if unknown: an older server, or the reference)."""
+    try:
+        response = httpx.get(f"{base_url.rstrip('/')}/v1/models/{model}", timeout=timeout)
+        response.raise_for_status()
+        runtime = response.json().get("runtime") or {}
+        return f"{runtime['backend']} {runtime.get('precision')}"
+    except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError):
+        return None

@@ -34,6 +34,7 @@ class RequestRecord:
     status: int | None = None
     error: str | None = None
     issued: float | None = None  # handed to the HTTP stack
+    texts: Sequence[str] = ()  # what it sent (the in-process replay runs the same texts)
 
 
 @dataclass(slots=True)
@@ -88,7 +89,9 @@ class PhaseContext:
         self.progress(1)
         if not outcome.ok:
             self.errors += 1
-        return RequestRecord(request_id, group, send, recv, outcome.ok, outcome.status, outcome.error, outcome.issued)
+        return RequestRecord(
+            request_id, group, send, recv, outcome.ok, outcome.status, outcome.error, outcome.issued, texts
+        )
 
     def check(self) -> None:
         if self.errors > self.max_errors:

@@ -50,6 +50,7 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
     ceiling = results.get("ceiling")
     best = ceiling["best"]["items_per_s"] if ceiling else None
     targets = results.get("targets", {})
+    replayed = results["analysis"].get("replay") or {}
     headers = ["arm", "valid"]
     if "sequential" in phases:
         headers += ["seq queue p95 ms", "seq latency p50 ms"]
@@ -58,7 +59,8 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
     headers += [f"b{p.removeprefix('burst')} one fwd" for p in bursts]
     for p in closed:
         c = p.removeprefix("closed")
-        headers += [f"c{c} items/s", f"c{c} cores"] + ([f"c{c} /ceiling"] if best else []) + [f"c{c} p99/p50"]
+        headers += [f"c{c} items/s", f"c{c} cores"] + ([f"c{c} /ceiling"] if best else [])
+        headers += ([f"c{c} /replay"] if replayed else []) + [f"c{c} p99/p50"]
     headers += ["joined", "targets met"]
     rows = []
     for arm, s in summary.items():
@@ -79,6 +81,8 @@ def summary_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]
             row.append(_f(max(cores), 2) if cores else "-")
             if best:
                 row.append(_f(geo / best if geo else None, 3))
+            if replayed:
+                row.append(_ratio_text(replayed.get(arm, {}).get(p, {}).get("ratio")))
             tails = [r["tail_ratio"] for r in d["per_trial"] if r.get("tail_ratio")] if d else []
             row.append(_f(max(tails), 2) if tails else "-")
         joined = sum(s[p]["joined"] for p in phases if p in s)
@@ -268,6 +272,8 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
 
 
 def markdown(results: Mapping[str, Any]) -> str:
+    from sift_bench import replay_report
+
     meta, config = results["meta"], results["config"]
     plan = config["plan"]
     lines = [
@@ -326,7 +332,9 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += [
         "`seq queue p95`: server queue time (admission → forward start) of sequential requests. `one fwd`: bursts "
         "whose requests all ran in a single forward. `items/s`: geometric mean over valid trials. `/ceiling`: "
-        "fraction of the best in-process items/s. `p99/p50`: worst trial's client latency ratio.",
+        "fraction of the best in-process items/s of the curve. `/replay`: served over the in-process replay of "
+        "the same batches, geometric mean of per-trial ratios [95 % interval]. `p99/p50`: worst trial's client "
+        "latency ratio.",
         "",
         "## Targets",
         "",
@@ -351,6 +359,7 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += ["## Phases", ""]
     for phase in config["phases"]:
         lines += _phase_detail(results, phase)
+    lines += replay_report.section(results)
     ceiling = results.get("ceiling")
     lines += ["## In-process ceiling", ""]
     if ceiling:

@@ -31,13 +31,14 @@ from sift_bench.arms import (
     write_manifest,
 )
 from sift_bench.ceiling import GRID, run_ceiling
-from sift_bench.client import ClientKind, fetch_dims, make_transport
+from sift_bench.client import ClientKind, fetch_dims, fetch_runtime, make_transport
 from sift_bench.cluster_server import ClusterServer
 from sift_bench.dominance import verdicts
 from sift_bench.join import JoinResult, burst_pattern, join_requests
 from sift_bench.ordering import trial_orders
 from sift_bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
 from sift_bench.reference.server import ReferenceServer
+from sift_bench.replay import describe, replay_for_run
 from sift_bench.request import RequestSpec
 from sift_bench.server_cpu import CpuSampler
 from sift_bench.server_proc import ArmServer, ServerProcess, ServerSpec, ServerStartError
@@ -63,6 +64,9 @@ class BenchConfig:
     torch_threads: int = 1
     ceiling: bool = True
     ceiling_min_time_s: float = 0.5
+    # After each run, its closed-loop forwards replayed in-process (sift_bench.replay).
+    replay: bool = True
+    replay_cap_s: float = 3.0
     seed: int = 0
     ready_timeout_s: float = 300.0
     items_per_request: int = 1
@@ -289,6 +293,9 @@ def run_one(
         _run_async(drive())
         if not server.alive():
             problems.append("the server exited during the run")
+        elif arm.kind != "reference":
+            # At the end: ``auto`` may have switched backends while the run went on.
+            run["server_runtime"] = fetch_runtime(server.url, config.model)
     except ServerStartError as exc:
         problems.append(f"server did not start: {str(exc).splitlines()[0]}")
     except PhaseAborted as exc:
@@ -319,6 +326,10 @@ def run_one(
     if not problems and [p.name for p in measured] != expected:
         problems.append("not every phase ran")
     run["valid"] = not problems
+    if run["valid"] and config.ceiling and config.replay and records:
+        progress.phase(f"{arm.name}: in-process replay of the closed loops' forwards", None)
+        run["replay"] = replay_for_run(config, arm, records, warm, measured, tag)
+        progress.log(f"trial {trial + 1} · {arm.name}: {describe(run['replay'])}")
     return run
 
 
@@ -378,6 +389,8 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "plan": asdict(config.plan),
         "phases": config.plan.phase_names(),
         "ceiling": config.ceiling,
+        "replay": config.replay,
+        "replay_cap_s": config.replay_cap_s,
         "event_loop": "uvloop" if _loop_factory() is not None else "asyncio",
     }
 
@@ -442,6 +455,8 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                 for position, arm in enumerate(order):
                     run = run_one(config, arm, trial, position, progress, results["meta"]["worktree"]["files"])
                     results["runs"].append(run)
+                    if "error" in run.get("replay", {}):
+                        results["warnings"].append(f"trial {trial + 1} {arm.name}: {run['replay']['error']}")
                     write_results(results, out)
                     state = "valid" if run["valid"] else "INVALID: " + "; ".join(run["problems"])
                     progress.log(
