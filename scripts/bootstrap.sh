@@ -88,8 +88,5 @@ for side in "pylate:$pylate_pid" "compat:$compat_pid"; do
   fi
 done
 rm -rf "$side_logs"
-# One pass that compiles the bytecode of what the server and the tests import, instead of dozens
-# of test processes compiling the same modules at once on a fresh clone (scripts/warm_bytecode.py).
-.venv/bin/python scripts/warm_bytecode.py
 echo "$inputs" > "$stamp"
 echo "sift: environment ready in .venv"
