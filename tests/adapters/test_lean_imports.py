@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import types
 
 import pytest
@@ -64,3 +65,34 @@ def test_nothing_is_hidden_once_one_of_them_is_imported(monkeypatch: pytest.Monk
     import_transformers_models()
     assert calls == []
     assert sys.modules[present] is marker
+
+
+def test_a_second_load_waits_until_the_packages_are_visible_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Models load in threads: one that starts while another is importing transformers' model
+    code must not find scikit-learn hidden (SPLADE's library imports it)."""
+    _only(monkeypatch, None)
+    inside, release = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def slow_import(name: str) -> None:
+        sys.modules[name] = types.ModuleType(name)  # as a real import does, at its start
+        inside.set()
+        release.wait(5)
+
+    monkeypatch.setattr(_lean_imports.importlib, "import_module", slow_import)
+    first = threading.Thread(target=import_transformers_models)
+    first.start()
+    assert inside.wait(5)
+
+    def second_load() -> None:
+        import_transformers_models()
+        seen.append(sys.modules.get("sklearn", "absent"))
+
+    second = threading.Thread(target=second_load)
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # held while the first still hides the packages
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert seen == ["absent"]

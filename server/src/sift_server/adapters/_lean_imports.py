@@ -10,34 +10,38 @@ first imported with both packages hidden: transformers then records them as
 absent, which only the features above (and a few vision and audio models Sift
 does not serve) read. Both are visible again right after, and an adapter whose
 own library imports one of them (SPLADE through sentence-transformers) imports
-the real package.
+the real package. Models load in threads: a second load waits here until the
+packages are visible again, so it never finds them hidden.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import threading
 
 # transformers' model code (every model's base, which imports the losses) and the
 # assisted-decoding helper (imported when a model class is built).
 MODEL_CODE = ("transformers.modeling_utils", "transformers.generation.candidate_generator")
 HIDDEN = ("sklearn", "scipy")
+_hiding = threading.Lock()
 
 
 def import_transformers_models() -> None:
     """Import transformers' model code with ``HIDDEN`` hidden, once per process
     (nothing to do when it, or any hidden package, is imported already)."""
-    if any(name in sys.modules for name in (*MODEL_CODE, *HIDDEN)):
-        return
-    for name in HIDDEN:
-        # A None entry makes ``import name`` fail and ``importlib.util.find_spec`` answer None.
-        sys.modules[name] = None  # type: ignore[assignment]
-    try:
-        for name in MODEL_CODE:
-            importlib.import_module(name)
-    except ImportError:
-        pass  # no transformers: the adapter's own import says so
-    finally:
+    with _hiding:
+        if any(name in sys.modules for name in (*MODEL_CODE, *HIDDEN)):
+            return
         for name in HIDDEN:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
+            # A None entry makes ``import name`` fail and ``importlib.util.find_spec`` answer None.
+            sys.modules[name] = None  # type: ignore[assignment]
+        try:
+            for name in MODEL_CODE:
+                importlib.import_module(name)
+        except ImportError:
+            pass  # no transformers: the adapter's own import says so
+        finally:
+            for name in HIDDEN:
+                if name in sys.modules and sys.modules[name] is None:
+                    del sys.modules[name]
