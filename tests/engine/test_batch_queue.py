@@ -1,5 +1,3 @@
-import random
-
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
 
 
@@ -109,22 +107,3 @@ def test_remove_drops_a_split_request_with_its_remaining_items() -> None:
     assert queue.remove("a") is not None
     assert [p.request_id for p in queue.pending] == ["b"]
     assert [s.pending.request_id for s in queue.take(Caps(max_cost=50))] == ["b"]
-
-
-def test_the_item_count_follows_every_change_to_the_queue() -> None:
-    """``total_items`` is kept as requests come and go: after any mix of admissions,
-    removals, whole batches and split requests it equals the items not yet taken."""
-    rng = random.Random(7)
-    queue = BatchQueue("default")
-    caps = Caps(max_requests=5, max_cost=40)
-    names = iter(range(10_000))
-    for _ in range(2_000):
-        step = rng.random()
-        if step < 0.5:
-            queue.add(Pending(str(next(names)), [rng.randint(1, 30) for _ in range(rng.randint(1, 6))], 0.0))
-        elif step < 0.7 and queue.pending:
-            queue.remove(rng.choice(queue.pending).request_id)
-        else:
-            queue.take(caps)
-        assert queue.total_items == sum(p.remaining_items for p in queue.pending)
-    assert BatchQueue("x", [Pending("a", [1, 2, 3], 0.0)]).total_items == 3

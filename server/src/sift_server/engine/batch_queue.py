@@ -73,26 +73,18 @@ class BatchQueue:
 
     lane: str
     pending: list[Pending] = field(default_factory=list)
-    # Items not yet handed to a forward, kept as requests come and go: the scheduler
-    # reads it on every admission (a sum over the queue would cost O(n) each time).
-    _items: int = field(default=0, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._items = sum(p.remaining_items for p in self.pending)
 
     def __len__(self) -> int:
         return len(self.pending)
 
     def add(self, request: Pending) -> None:
         self.pending.append(request)
-        self._items += request.remaining_items
 
     def remove(self, request_id: str) -> Pending | None:
         """Drop a request, started or not: its client went away, or a slice of
         it failed, so its remaining items must not run."""
         for index, request in enumerate(self.pending):
             if request.request_id == request_id:
-                self._items -= request.remaining_items
                 return self.pending.pop(index)
         return None
 
@@ -106,7 +98,7 @@ class BatchQueue:
 
     @property
     def total_items(self) -> int:
-        return self._items
+        return sum(p.remaining_items for p in self.pending)
 
     def compatible_with_head(self) -> list[Pending]:
         head = self.head
@@ -140,7 +132,6 @@ class BatchQueue:
         self.pending = [p for p in self.pending if id(p) not in taken]
         slices = [Slice(p, 0, len(p.item_costs)) for p in chosen]
         for p in chosen:
-            self._items -= p.remaining_items
             p.next_item = len(p.item_costs)
         # Cost order inside the forward groups similar lengths together.
         slices.sort(key=lambda s: s.cost)
@@ -172,7 +163,6 @@ class BatchQueue:
             cost += item_cost
             stop += 1
         request.next_item = stop
-        self._items -= stop - start
         if stop == len(request.item_costs):
             self.pending.remove(request)
         return Slice(request, start, stop)
