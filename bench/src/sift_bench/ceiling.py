@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sift_bench.request import ENCODE_DENSE, RequestSpec
-from sift_bench.server_proc import child_env, pin_prefix
+from sift_bench.server_proc import child_env, pin_prefix, run_json_child
 from sift_bench.stats import median
 from sift_bench.workload import WORKLOADS, Workload, texts_for
 from sift_server.config import DEFAULT_MODEL
@@ -211,16 +210,7 @@ def run_ceiling(
         "--request", json.dumps(dataclasses.asdict(request)),
         *[arg for folder in catalogs for arg in ("--catalog", str(folder))],
     ]  # fmt: skip
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        completed = subprocess.run(
-            command, stdout=subprocess.PIPE, stderr=log, env=child_env(), timeout=timeout_s, check=False
-        )
-    lines = completed.stdout.decode(errors="replace").strip().splitlines()
-    if completed.returncode != 0 or not lines:
-        tail = log_path.read_text(errors="replace").splitlines()[-20:]
-        raise RuntimeError(f"ceiling measurement failed ({completed.returncode}):\n" + "\n".join(tail))
-    result: dict[str, Any] = json.loads(lines[-1])
+    result = run_json_child(command, child_env(), log_path, timeout_s, "ceiling measurement")
     result["cpus"] = sorted(cpus) if cpus else None
     result["command"] = command
     return result

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import sift_bench
 from sift_bench.replay_plan import CAP_S, PhaseReplayPlan, plan_phase
 from sift_bench.request import ENCODE_DENSE, RequestSpec
-from sift_bench.server_proc import child_env, pin_prefix
+from sift_bench.server_proc import child_env, pin_prefix, run_json_child
 from sift_bench.stats import median
 
 if TYPE_CHECKING:
@@ -146,12 +146,14 @@ def replay_phase(
 
 def quiet_collector() -> None:
     """The garbage collector as a server has it once its model is loaded: the
-    heap frozen (registry, after a load) and high thresholds
+    heap frozen (registry, after a load) and the server's own thresholds
     (``server.tune_collector``), so collections never scan the model's objects
     in the middle of a timed forward."""
+    from sift_server.server import tune_collector
+
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 50, 1000)
+    tune_collector()
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -231,15 +233,7 @@ def replay_run(setup: ReplaySetup, plans: Sequence[PhaseReplayPlan], folder: Pat
     }
     input_path.write_text(json.dumps(spec), encoding="utf-8")
     command = [*pin_prefix(setup.cpus), sys.executable, "-m", "sift_bench.replay", str(input_path)]
-    with log_path.open("wb") as log:
-        completed = subprocess.run(
-            command, stdout=subprocess.PIPE, stderr=log, env=_env(setup), timeout=setup.timeout_s, check=False
-        )
-    lines = completed.stdout.decode(errors="replace").strip().splitlines()
-    if completed.returncode != 0 or not lines:
-        tail = log_path.read_text(errors="replace").splitlines()[-20:]
-        raise RuntimeError(f"replay failed ({completed.returncode}):\n" + "\n".join(tail))
-    measured: dict[str, Any] = json.loads(lines[-1])
+    measured = run_json_child(command, _env(setup), log_path, setup.timeout_s, "replay")
     return combine(plans, measured)
 
 

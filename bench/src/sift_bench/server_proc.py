@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from sift_server.processes import (
     ProcessStartError,
@@ -87,6 +88,25 @@ def child_env(pythonpath: Path | None = None, extra: dict[str, str] | None = Non
         env["PYTHONPATH"] = str(pythonpath)
     env.update(extra or {})
     return env
+
+
+def run_json_child(
+    command: Sequence[str], env: dict[str, str], log_path: Path, timeout_s: float, what: str
+) -> dict[str, Any]:
+    """Run a measuring child (the ceiling, the replay) with its stderr in ``log_path``;
+    its last stdout line is its JSON answer. Raises ``RuntimeError`` naming ``what``,
+    with the log's tail, when it fails or answers nothing."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        completed = subprocess.run(
+            list(command), stdout=subprocess.PIPE, stderr=log, env=env, timeout=timeout_s, check=False
+        )
+    lines = completed.stdout.decode(errors="replace").strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        tail = log_path.read_text(errors="replace").splitlines()[-20:]
+        raise RuntimeError(f"{what} failed ({completed.returncode}):\n" + "\n".join(tail))
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 @dataclass(slots=True)
