@@ -325,6 +325,8 @@ def test_rechoose_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     seen: list[bool] = []
 
     class Recorder:
+        transformers_models = False
+
         @classmethod
         def load(cls, ctx: LoadContext) -> Any:
             seen.append(ctx.rechoose_backend)

@@ -20,6 +20,8 @@ DIMS = 4
 
 
 class SleeperAdapter(Adapter):
+    transformers_models = False  # no torch, no transformers: a worker starts in about a second
+
     def __init__(self, sleep_s: float, marker_dir: Path | None) -> None:
         self.info = AdapterInfo(tasks=frozenset({"encode"}), outputs=("dense",), dims={"dense": DIMS})
         self.sleep_s = sleep_s

@@ -10,7 +10,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sift_server.forward_io import Part, Prepared
 
@@ -134,6 +134,10 @@ class Adapter(abc.ABC):
     ``forward`` runs in the model's executor thread, one at a time."""
 
     info: AdapterInfo
+    # Whether ``load`` builds transformers models on PyTorch: the loader then imports their code
+    # first, without scikit-learn and SciPy (adapters/_lean_imports.py). An adapter that never
+    # touches transformers says False and starts without torch or transformers imported.
+    transformers_models: ClassVar[bool] = True
 
     @classmethod
     @abc.abstractmethod

@@ -65,10 +65,11 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
         tolerance=spec.tolerance,
         rechoose_backend=rechoose_backend(),
     )
-    if backend in ("torch", "auto"):
+    adapter = adapter_class(spec.adapter)
+    if backend in ("torch", "auto") and adapter.transformers_models:
         # PyTorch runs, or times the candidates: transformers' model code will be imported.
         import_transformers_models()
-    return adapter_class(spec.adapter).load(ctx)
+    return adapter.load(ctx)
 
 
 def estimate_bytes(spec: ModelSpec) -> int:
