@@ -64,3 +64,30 @@ def test_rechoose_backend_flag_reaches_the_model_loader(monkeypatch: pytest.Monk
     monkeypatch.setattr(DrainingServer, "run", fake_run)
     assert main(["serve", "--rechoose-backend"]) == 0
     assert seen == {"env": "1", "loader": True}
+
+
+@pytest.mark.parametrize(
+    ("argv", "plugins"),
+    [
+        (["serve", "--port", "0"], False),
+        (["worker", "--nats-url", "nats://x"], False),
+        (["gateway"], False),
+        (["models"], False),
+        (["bench", "--arm", "torch"], True),
+        (["--help"], True),
+        ([], True),
+    ],
+)
+def test_other_distributions_commands_are_looked_up_only_when_asked_for(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], plugins: bool
+) -> None:
+    """Finding the entry points of installed distributions and importing the benchmark harness's
+    command module costs a server, worker or gateway a few tenths of a second at every start."""
+    from sift_server import cli
+
+    looked: list[None] = []
+    monkeypatch.setattr(cli, "_add_plugins", lambda subparsers: looked.append(None))
+    parser = cli.parser_for(argv)
+    assert looked == ([None] if plugins else [])
+    if not plugins:
+        assert parser.parse_known_args(argv)[0].command == argv[0]

@@ -136,7 +136,8 @@ def _needs_bench(args: argparse.Namespace) -> int:
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The whole ``sift`` command; without ``plugins``, only the commands this distribution has."""
     parser = argparse.ArgumentParser(prog="sift", description="Sift inference server.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
@@ -144,12 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
     for registrar in BUILTIN_COMMANDS:
         module, _, function = registrar.partition(":")
         getattr(importlib.import_module(module), function)(subparsers)
-    _add_plugins(subparsers)
+    if plugins:
+        _add_plugins(subparsers)
     return parser
 
 
+def parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser ``argv`` needs. A command of this distribution (serve, worker, gateway, models)
+    skips the entry-point scan and the benchmark harness's import, a few tenths of a second of
+    every server's start; help, no command or another command gets the whole parser."""
+    own = build_parser(plugins=False)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    choices = next(a.choices for a in own._actions if isinstance(a, argparse._SubParsersAction))
+    return own if command is not None and command in choices else build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = parser_for(argv)
     args, unknown = parser.parse_known_args(argv)
     # A bench command on a server-only install takes any flags: it only says what to install.
     if unknown and args.handler is not _needs_bench:
