@@ -419,6 +419,8 @@ def test_lora_needs_the_torch_backend(
     seen: list[tuple[str, str | None]] = []
 
     class Recorder:
+        transformers_models = False
+
         @classmethod
         def load(cls, ctx: LoadContext) -> Any:
             seen.append((ctx.backend, ctx.precision))
