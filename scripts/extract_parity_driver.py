@@ -1,7 +1,7 @@
 """Run by the reference venv's Python (not by pytest): the released ``sie-sdk``
 sends each case of a spec to one server and prints the answers as JSON.
 
-``python extract_parity_driver.py URL SPEC_JSON`` where the spec is
+``python extract_parity_driver.py URL SPEC_JSON [API_KEY]`` where the spec is
 ``{"cases": [{"model", "texts", "labels", "output_schema", "options"}]}``;
 prints ``[{"items": [...]} | {"error": "..."}]``, one per case.
 """
@@ -27,11 +27,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def main(url: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+def main(url: str, spec: dict[str, Any], api_key: str | None = None) -> list[dict[str, Any]]:
     from sie_sdk import SIEClient
 
     answers: list[dict[str, Any]] = []
-    with SIEClient(url, timeout_s=120) as client:
+    with SIEClient(url, api_key=api_key, timeout_s=120) as client:
         for case in spec["cases"]:
             try:
                 results = client.extract(
@@ -49,4 +49,4 @@ def main(url: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], json.loads(sys.argv[2]))))
+    print(json.dumps(main(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)))

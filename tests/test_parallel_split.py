@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from tests.fixtures.parallel import UnitTimes, longest_units_first, unit_of
+from tests.fixtures import parallel
+from tests.fixtures.parallel import COMPAT_SERVERS, SHARED_SERVERS, UnitTimes, longest_units_first, unit_of
+
+TESTS = Path(__file__).parent
 
 GROUPS = {"tests/b.py": "group:servers", "tests/d.py": "group:servers"}
 
 
 def test_a_test_belongs_to_its_modules_group_else_its_module() -> None:
     assert unit_of("tests/e2e/test_encode.py::test_health_probes") == "group:e2e-servers"
-    assert unit_of("tests/e2e/test_hybrid.py::test_listing_shows_sparse") == "tests/e2e/test_hybrid.py"
+    assert unit_of("tests/e2e/test_hybrid.py::test_listing_shows_sparse") == "group:e2e-servers"
+    assert unit_of("tests/compat/test_sie_sdk_images.py::test_x") == "group:compat-servers"
+    assert unit_of("tests/cluster/test_gateway.py::test_x") == "tests/cluster/test_gateway.py"
     assert unit_of("tests/a.py::Case::test_x[p::q]", GROUPS) == "tests/a.py"
     assert unit_of("tests/d.py::test_x", GROUPS) == "group:servers"
+
+
+def test_every_module_of_a_package_with_shared_servers_is_in_its_group() -> None:
+    # Their servers are package-scoped: a module outside the group would start them a second time.
+    for package, group in (("e2e", SHARED_SERVERS), ("compat", COMPAT_SERVERS)):
+        modules = sorted((TESTS / package).glob("test_*.py"))
+        assert modules
+        for module in modules:
+            assert parallel.GROUPS.get(f"tests/{package}/{module.name}") == group, module
 
 
 def test_units_go_longest_first_and_stay_together_in_their_order() -> None:

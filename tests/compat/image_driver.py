@@ -2,9 +2,10 @@
 cases through ``SIEClient.encode``, black-box, against one server URL (Sift, or
 the reference server when ``experiments/record_image_parity.py`` records).
 
-``python image_driver.py URL < CASES_JSON`` prints one JSON object: per case, the
-SDK's dense vectors (or the error it raised), and the raw answer's status, error
-code and ``usage`` (the SDK drops ``usage``; a raw msgpack post keeps it).
+``python image_driver.py URL [API_KEY] < CASES_JSON`` prints one JSON object: per
+case, the SDK's dense vectors (or the error it raised), and the raw answer's status,
+error code and ``usage`` (the SDK drops ``usage``; a raw msgpack post keeps it). With
+an API key, the SDK and the raw post both send it.
 Images arrive base64-encoded in the cases and are handed to the SDK as bytes.
 """
 
@@ -30,17 +31,15 @@ def _items(case: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
-def _raw(url: str, model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+def _raw(url: str, api_key: str | None, model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     import httpx
     import msgpack
 
     body = msgpack.packb({"items": items, "params": {"output_types": ["dense"]}}, use_bin_type=True)
-    response = httpx.post(
-        f"{url}/v1/encode/{model}",
-        content=body,
-        headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"},
-        timeout=60,
-    )
+    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    response = httpx.post(f"{url}/v1/encode/{model}", content=body, headers=headers, timeout=60)
     out: dict[str, Any] = {"status": response.status_code}
     if response.status_code == 200:
         out["usage"] = msgpack.unpackb(response.content, raw=False).get("usage")
@@ -51,15 +50,15 @@ def _raw(url: str, model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main(url: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
+def main(url: str, cases: list[dict[str, Any]], api_key: str | None = None) -> dict[str, Any]:
     import sie_sdk
     from sie_sdk import SIEClient
 
     results: dict[str, Any] = {"sie_sdk_version": sie_sdk.get_sdk_version()}
-    with SIEClient(url, timeout_s=60) as client:
+    with SIEClient(url, api_key=api_key, timeout_s=60) as client:
         for case in cases:
             items = _items(case)
-            entry: dict[str, Any] = {"raw": _raw(url, case["model"], items)}
+            entry: dict[str, Any] = {"raw": _raw(url, api_key, case["model"], items)}
             try:
                 answers = client.encode(case["model"], items, output_types=["dense"])
                 entry["dense"] = [answer["dense"].tolist() for answer in answers]
@@ -70,4 +69,4 @@ def main(url: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], json.load(sys.stdin))))
+    print(json.dumps(main(sys.argv[1], json.load(sys.stdin), sys.argv[2] if len(sys.argv) > 2 else None)))

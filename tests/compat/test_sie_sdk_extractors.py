@@ -1,54 +1,32 @@
 """The released ``sie-sdk`` 0.10.1 (Python 3.12, ``.venv/sie-compat``) against ``sift
-serve`` on the tiny NLI, GLiNER2 and bi-encoder GLiNER models: every parity case's
-answer equals the released sie-server's recorded one (tests/adapters/parity), and a
-request a model cannot serve comes back as the SDK's error, not an answer."""
+serve`` (tests/compat/conftest.py) on the tiny NLI, GLiNER2 and bi-encoder GLiNER
+models: every parity case's answer equals the released sie-server's recorded one
+(tests/adapters/parity), and a request a model cannot serve comes back as the SDK's
+error, not an answer."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.adapters.parity.cases import CASES, GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL
+from tests.adapters.parity.cases import CASES, NLI_MODEL
 from tests.adapters.parity.compare import assert_same, recorded
-from tests.compat.test_sie_sdk import COMPAT_PYTHON, _require_venv
-from tests.fixtures.server_process import ServerProcess, start_server
-from tests.fixtures.tiny_models import build_tiny_gliner2, build_tiny_gliner_bi, build_tiny_nli
+from tests.compat.conftest import COMPAT_PYTHON, KEY
+from tests.fixtures.server_process import ServerProcess
 
 DRIVER = Path(__file__).resolve().parents[2] / "scripts" / "extract_parity_driver.py"
 REFUSED = {"name": "nli-with-schema", "model": NLI_MODEL, "texts": ["x"], "output_schema": {"type": "object"}}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    _require_venv()
-    root = tmp_path_factory.mktemp("compat-extractors")
-    catalog = root / "catalog"
-    catalog.mkdir()
-    entries = {
-        NLI_MODEL: f"adapter: nli\nsource: {{path: {build_tiny_nli(root / 'nli')}}}\n",
-        GLINER2_MODEL: f"adapter: gliner2\nsource: {{path: {build_tiny_gliner2(root / 'gliner2')}}}\n",
-        GLINER_BI_MODEL: f"adapter: gliner\nsource: {{path: {build_tiny_gliner_bi(root / 'bi')}}}\n"
-        "options:\n  threshold: 0.3\n",
-    }
-    args = ["--catalog", str(catalog), "--model", NLI_MODEL]
-    for index, (name, entry) in enumerate(entries.items()):
-        (catalog / f"{index}.yaml").write_text(f"name: {name}\n{entry}tasks: [extract]\n")
-        args += ["--preload", name]
-    proc = start_server(args, root / "serve.log")
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def answers(server: ServerProcess) -> dict[str, dict[str, Any]]:
+def answers(direct: ServerProcess) -> dict[str, dict[str, Any]]:
     cases = [*CASES, REFUSED]
     done = subprocess.run(
-        [str(COMPAT_PYTHON), str(DRIVER), server.url, json.dumps({"cases": cases})],
+        [str(COMPAT_PYTHON), str(DRIVER), direct.url, json.dumps({"cases": cases}), KEY],
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,11 +1,10 @@
 """Sparse encode (and the other hybrid-search outputs) end to end on tiny locally
-built models: our SDK, a raw msgpack check, the model listing, and parity with
-the reference library through the server."""
+built models (served by the e2e group's ``server``, tests/e2e/tiny_tasks.py): our SDK,
+a raw msgpack check, the model listing, and parity with the reference library through
+the server."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,70 +14,41 @@ import numpy as np
 import pytest
 
 from sift_sdk import SiftClient
-from tests.fixtures.pylate_reference import build_and_reference
-from tests.fixtures.server_process import ServerProcess, start_server
-from tests.fixtures.tiny_models import build_tiny_backbone, build_tiny_sparse_encoder
+from tests.e2e.tiny_tasks import COLBERT, HYBRID_TEXTS, SPARSE, TaskModels
+from tests.fixtures.server_process import ServerProcess
 
-SPARSE, COLBERT = "tiny/splade", "tiny/colbert"
 MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
-TEXTS = ["What is the capital of France?", "Paris is the capital and largest city of France."]
+TEXTS = HYBRID_TEXTS
 
 
-def _entry(name: str, adapter: str, folder: Path, tasks: str, options: dict[str, Any] | None = None) -> str:
-    lines = [f"name: {name}", f"adapter: {adapter}", "source:", f"  path: {folder}", f"tasks: [{tasks}]"]
-    if options:
-        lines.append("options:")
-        lines += [f"  {k}: {json.dumps(v)}" for k, v in options.items()]
-    return "\n".join(lines) + "\n"
+@pytest.fixture
+def models(task_models: TaskModels) -> dict[str, Path]:
+    return task_models.folders
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny-hybrid")
-    return {
-        SPARSE: build_tiny_sparse_encoder(root / "splade", prompts={"query": "query: ", "document": ""}),
-        COLBERT: root / "colbert",
-    }
-
-
-@pytest.fixture(scope="module")
-def colbert_reference(models: dict[str, Path]) -> dict[str, Any]:
-    backbone = build_tiny_backbone(models[COLBERT].parent / "colbert-backbone", seed=3)
-    return build_and_reference(backbone, models[COLBERT], TEXTS[:1], TEXTS, query_length=10, document_length=32)
-
-
-@pytest.fixture(scope="module")
-def hybrid_server(
-    tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path], colbert_reference: dict[str, Any]
-) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("hybrid-server")
-    catalog = root / "catalog"
-    catalog.mkdir()
-    (catalog / "splade.yaml").write_text(_entry(SPARSE, "sparse-encoder", models[SPARSE], "encode"))
-    (catalog / "colbert.yaml").write_text(_entry(COLBERT, "colbert", models[COLBERT], "encode, score"))
-    proc = start_server(["--catalog", str(catalog), "--preload", SPARSE, "--preload", COLBERT], root / "server.log")
-    yield proc
-    proc.stop()
+@pytest.fixture
+def colbert_reference(task_models: TaskModels) -> dict[str, Any]:
+    return task_models.colbert_reference
 
 
 def nd(value: dict[bytes, Any]) -> np.ndarray:
     return np.frombuffer(value[b"data"], dtype=np.dtype(value[b"type"])).reshape(value[b"shape"])
 
 
-def test_listing_shows_sparse(hybrid_server: ServerProcess) -> None:
-    info = httpx.get(hybrid_server.url + f"/v1/models/{SPARSE}").json()
+def test_listing_shows_sparse(server: ServerProcess) -> None:
+    info = httpx.get(server.url + f"/v1/models/{SPARSE}").json()
     assert info["outputs"] == ["sparse"]
     assert info["dims"]["sparse"] == 30522
 
 
-def test_sparse_over_raw_msgpack_matches_the_library(hybrid_server: ServerProcess, models: dict[str, Path]) -> None:
+def test_sparse_over_raw_msgpack_matches_the_library(server: ServerProcess, models: dict[str, Path]) -> None:
     from sentence_transformers import SparseEncoder
 
     body = {
         "items": [{"text": t} for t in TEXTS],
         "params": {"output_types": ["sparse"], "options": {"is_query": True}},
     }
-    response = httpx.post(hybrid_server.url + f"/v1/encode/{SPARSE}", content=msgpack.packb(body), headers=MSGPACK)
+    response = httpx.post(server.url + f"/v1/encode/{SPARSE}", content=msgpack.packb(body), headers=MSGPACK)
     assert response.status_code == 200, response.text
     items = msgpack.unpackb(response.content)["items"]
     reference = SparseEncoder(str(models[SPARSE]), device="cpu", local_files_only=True)
@@ -94,8 +64,8 @@ def test_sparse_over_raw_msgpack_matches_the_library(hybrid_server: ServerProces
         np.testing.assert_allclose(values, row[indices], atol=1e-5, rtol=0)
 
 
-def test_sdk_sparse_and_float16(hybrid_server: ServerProcess) -> None:
-    with SiftClient(hybrid_server.url) as client:
+def test_sdk_sparse_and_float16(server: ServerProcess) -> None:
+    with SiftClient(server.url) as client:
         result = client.encode_full(SPARSE, TEXTS, output_types=["sparse"], output_dtype="float16")
         plain = client.encode_full(SPARSE, TEXTS, output_types=["sparse"])
     for item, other in zip(result.items, plain.items, strict=True):
@@ -105,8 +75,8 @@ def test_sdk_sparse_and_float16(hybrid_server: ServerProcess) -> None:
         assert "dense" not in item
 
 
-def test_json_sparse_and_unsupported_outputs(hybrid_server: ServerProcess) -> None:
-    url = hybrid_server.url + f"/v1/encode/{SPARSE}"
+def test_json_sparse_and_unsupported_outputs(server: ServerProcess) -> None:
+    url = server.url + f"/v1/encode/{SPARSE}"
     body = {"items": [{"text": "x"}], "params": {"output_types": ["sparse"]}}
     item = httpx.post(url, json=body, headers={"Accept": "application/json"}).json()["items"][0]
     assert isinstance(item["sparse"]["indices"], list) and len(item["sparse"]["indices"]) == len(
@@ -117,20 +87,18 @@ def test_json_sparse_and_unsupported_outputs(hybrid_server: ServerProcess) -> No
         response = httpx.post(url, json={"items": [{"text": "x"}], "params": params})
         assert response.status_code == 400
         assert response.json()["detail"]["code"] == "INVALID_INPUT"
-    openai = httpx.post(hybrid_server.url + "/v1/embeddings", json={"model": SPARSE, "input": ["x"]})
+    openai = httpx.post(server.url + "/v1/embeddings", json={"model": SPARSE, "input": ["x"]})
     assert openai.status_code == 400 and "dense" in openai.json()["error"]["message"]
 
 
-def test_listing_shows_multivector_and_score(hybrid_server: ServerProcess) -> None:
-    info = httpx.get(hybrid_server.url + f"/v1/models/{COLBERT}").json()
+def test_listing_shows_multivector_and_score(server: ServerProcess) -> None:
+    info = httpx.get(server.url + f"/v1/models/{COLBERT}").json()
     assert info["outputs"] == ["multivector", "score"]
     assert info["dims"]["multivector"] == 16
 
 
-def test_multivector_over_the_wire_matches_pylate(
-    hybrid_server: ServerProcess, colbert_reference: dict[str, Any]
-) -> None:
-    url = hybrid_server.url + f"/v1/encode/{COLBERT}"
+def test_multivector_over_the_wire_matches_pylate(server: ServerProcess, colbert_reference: dict[str, Any]) -> None:
+    url = server.url + f"/v1/encode/{COLBERT}"
     body = {"items": [{"text": t} for t in TEXTS], "params": {"output_types": ["multivector"]}}
     items = msgpack.unpackb(httpx.post(url, content=msgpack.packb(body), headers=MSGPACK).content)["items"]
     for item, expected in zip(items, colbert_reference["documents"], strict=True):
@@ -138,15 +106,15 @@ def test_multivector_over_the_wire_matches_pylate(
         values = nd(multi["values"])
         assert values.shape == (multi["num_tokens"], multi["token_dims"]) == expected.shape
         np.testing.assert_allclose(values, expected, atol=1e-5, rtol=0)
-    with SiftClient(hybrid_server.url) as client:
+    with SiftClient(server.url) as client:
         [query] = client.encode_full(COLBERT, TEXTS[:1], output_types=["multivector"], is_query=True).items
         half = client.encode_full(COLBERT, TEXTS[:1], output_types=["multivector"], output_dtype="float16").items[0]
     np.testing.assert_allclose(query["multivector"], colbert_reference["queries"][0], atol=1e-5, rtol=0)
     assert query["multivector"].shape == (10, 16) and half["multivector"].dtype == np.float16
 
 
-def test_maxsim_score_over_the_wire(hybrid_server: ServerProcess, colbert_reference: dict[str, Any]) -> None:
-    with SiftClient(hybrid_server.url) as client:
+def test_maxsim_score_over_the_wire(server: ServerProcess, colbert_reference: dict[str, Any]) -> None:
+    with SiftClient(server.url) as client:
         result = client.score(
             COLBERT, {"id": "q", "text": TEXTS[0]}, [{"id": "a", "text": TEXTS[0]}, {"id": "b", "text": TEXTS[1]}]
         )

@@ -1,12 +1,12 @@
 """LoRA end to end: a tiny embedder and a tiny cross-encoder with LoRAs in the
-catalog. The first encode for a LoRA is a 503 LORA_LOADING with Retry-After: 1;
-then the LoRA lane answers what the peft-merged model answers; score waits for
-its LoRA; unknown LoRAs are 400 naming them; the base lane is unaffected."""
+catalog of the e2e group's ``server`` (tests/e2e/tiny_tasks.py). The first encode
+for a LoRA is a 503 LORA_LOADING with Retry-After: 1; then the LoRA lane answers
+what the peft-merged model answers; score waits for its LoRA; unknown LoRAs are
+400 naming them; the base lane is unaffected."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,47 +16,17 @@ import pytest
 from sift_server.adapters.base import EncodeTask, LoadContext, Part, ScoreTask
 from sift_server.adapters.cross_encoder import CrossEncoderAdapter
 from sift_server.adapters.sentence_embedder import SentenceEmbedderAdapter
-from tests.fixtures.server_process import ServerProcess, start_server
-from tests.fixtures.tiny_embedder import build_tiny_embedder
-from tests.fixtures.tiny_models import build_tiny_cross_encoder, build_tiny_lora, merge_lora
+from tests.e2e.tiny_tasks import LORA_EMBED as EMBED
+from tests.e2e.tiny_tasks import LORA_RERANK as RERANK
+from tests.e2e.tiny_tasks import TaskModels
+from tests.fixtures.server_process import ServerProcess
 
-EMBED, RERANK = "tiny/lora-embedder", "tiny/lora-reranker"
 TEXTS = ["What is the capital of France?", "Paris is the capital of France."]
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("lora-e2e")
-    embed = build_tiny_embedder(root / "embed")
-    rerank = build_tiny_cross_encoder(root / "rerank")
-    lora = build_tiny_lora(embed, root / "embed-lora", seed=5)
-    rerank_lora = build_tiny_lora(rerank, root / "rerank-lora", seed=6, sequence_classification=True)
-    return {
-        "embed": embed,
-        "rerank": rerank,
-        "embed-lora": lora,
-        "rerank-lora": rerank_lora,
-        "embed-merged": merge_lora(embed, lora, root / "embed-merged"),
-        "rerank-merged": merge_lora(rerank, rerank_lora, root / "rerank-merged", sequence_classification=True),
-    }
-
-
-@pytest.fixture(scope="module")
-def lora_server(tmp_path_factory: pytest.TempPathFactory, folders: dict[str, Path]) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("lora-server")
-    catalog = root / "catalog"
-    catalog.mkdir()
-    (catalog / "embed.yaml").write_text(
-        f"name: {EMBED}\nadapter: sentence-embedder\nsource: {{path: {folders['embed']}}}\ntasks: [encode]\n"
-        f"loras:\n  legal: {{path: {folders['embed-lora']}}}\n  gone: {{path: {root / 'missing'}}}\n"
-    )
-    (catalog / "rerank.yaml").write_text(
-        f"name: {RERANK}\nadapter: cross-encoder\nsource: {{path: {folders['rerank']}}}\ntasks: [score]\n"
-        f"loras:\n  medical: {{path: {folders['rerank-lora']}}}\n"
-    )
-    proc = start_server(["--catalog", str(catalog), "--preload", EMBED, "--preload", RERANK], root / "server.log")
-    yield proc
-    proc.stop()
+@pytest.fixture
+def folders(task_models: TaskModels) -> dict[str, Path]:
+    return {key.removeprefix("lora-"): folder for key, folder in task_models.folders.items()}
 
 
 def context(folder: Path) -> LoadContext:
@@ -78,27 +48,27 @@ def until_loaded(server: ServerProcess, options: dict[str, object]) -> httpx.Res
     raise AssertionError("the LoRA never finished loading")
 
 
-def test_encode_lora_loading_then_merged_parity(lora_server: ServerProcess, folders: dict[str, Path]) -> None:
-    first = encode(lora_server, {"lora": "legal"})
+def test_encode_lora_loading_then_merged_parity(server: ServerProcess, folders: dict[str, Path]) -> None:
+    first = encode(server, {"lora": "legal"})
     assert first.status_code == 503
     assert first.headers["Retry-After"] == "1"
     assert first.json()["detail"]["code"] == "LORA_LOADING"
-    response = until_loaded(lora_server, {"lora_id": "legal"})  # the reference's other spelling
+    response = until_loaded(server, {"lora_id": "legal"})  # the reference's other spelling
     assert response.status_code == 200, response.text
     ours = np.array([item["dense"]["values"] for item in response.json()["items"]])
     merged = SentenceEmbedderAdapter.load(context(folders["embed-merged"]))
     prepared = merged.prepare(EncodeTask(TEXTS))
     [expected] = merged.forward([Part(prepared, 0, 2)])
     np.testing.assert_allclose(ours, np.stack(expected), atol=1e-5, rtol=0)
-    base = encode(lora_server, {})
+    base = encode(server, {})
     assert base.status_code == 200
     assert np.abs(np.array([i["dense"]["values"] for i in base.json()["items"]]) - ours).max() > 1e-3
 
 
-def test_score_waits_for_its_lora(lora_server: ServerProcess, folders: dict[str, Path]) -> None:
+def test_score_waits_for_its_lora(server: ServerProcess, folders: dict[str, Path]) -> None:
     body = {"query": {"text": TEXTS[0]}, "items": [{"id": "a", "text": TEXTS[1]}, {"id": "b", "text": "bananas"}]}
     body["options"] = {"lora": "medical"}
-    response = httpx.post(lora_server.url + f"/v1/score/{RERANK}", json=body, headers={"Accept": "application/json"})
+    response = httpx.post(server.url + f"/v1/score/{RERANK}", json=body, headers={"Accept": "application/json"})
     assert response.status_code == 200, response.text
     got = {entry["item_id"]: entry["score"] for entry in response.json()["scores"]}
     merged = CrossEncoderAdapter.load(context(folders["rerank-merged"]))
@@ -107,10 +77,10 @@ def test_score_waits_for_its_lora(lora_server: ServerProcess, folders: dict[str,
     np.testing.assert_allclose([got["a"], got["b"]], expected, atol=1e-5)
 
 
-def test_unknown_and_broken_loras(lora_server: ServerProcess) -> None:
-    unknown = encode(lora_server, {"lora": "nope"})
+def test_unknown_and_broken_loras(server: ServerProcess) -> None:
+    unknown = encode(server, {"lora": "nope"})
     assert unknown.status_code == 400 and "'nope'" in unknown.json()["detail"]["message"]
     assert unknown.json()["detail"]["code"] == "INVALID_INPUT"
-    broken = until_loaded(lora_server, {"lora": "gone"})
+    broken = until_loaded(server, {"lora": "gone"})
     assert broken.status_code == 400 and "'gone'" in broken.json()["detail"]["message"]
-    assert encode(lora_server, {}).status_code == 200  # nothing else is affected
+    assert encode(server, {}).status_code == 200  # nothing else is affected

@@ -1,22 +1,22 @@
-"""score and extract end to end on tiny locally built models, checked against the
-reference libraries' own outputs, in msgpack and JSON, with fusion and bad input."""
+"""score and extract end to end on tiny locally built models (served by the e2e group's
+``server``, tests/e2e/tiny_tasks.py), checked against the reference libraries' own outputs,
+in msgpack and JSON, with fusion and bad input."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgpack
 import pytest
 
 from sift_sdk import AsyncSiftClient, SiftClient
-from tests.fixtures.server_process import ServerProcess, start_server
-from tests.fixtures.tiny_models import build_tiny_cross_encoder, build_tiny_gliclass, build_tiny_gliner
+from tests.e2e.tiny_tasks import CLASSIFY, NER, RERANK, TaskModels
+from tests.fixtures.server_process import ServerProcess
 
-RERANK, NER, CLASSIFY = "tiny/reranker", "tiny/gliner", "tiny/gliclass"
 MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 TEXTS = [
     "Ada Lovelace worked with Charles Babbage in London.",
@@ -25,56 +25,18 @@ TEXTS = [
 ]
 
 
-def _entry(name: str, adapter: str, folder: Path, task: str, options: dict[str, object]) -> str:
-    lines = [f"name: {name}", f"adapter: {adapter}", "source:", f"  path: {folder}", f"tasks: [{task}]"]
-    if options:
-        lines.append("options:")
-        lines += [f"  {k}: {json.dumps(v)}" for k, v in options.items()]
-    return "\n".join(lines) + "\n"
+@pytest.fixture
+def models(task_models: TaskModels) -> dict[str, Path]:
+    return task_models.folders
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny-tasks")
-    return {
-        RERANK: build_tiny_cross_encoder(root / "reranker"),
-        NER: build_tiny_gliner(root / "gliner"),
-        CLASSIFY: build_tiny_gliclass(root / "gliclass"),
-    }
-
-
-@pytest.fixture(scope="module")
-def task_server(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("task-server")
-    catalog = root / "catalog"
-    catalog.mkdir()
-    (catalog / "reranker.yaml").write_text(_entry(RERANK, "cross-encoder", models[RERANK], "score", {}))
-    (catalog / "gliner.yaml").write_text(_entry(NER, "gliner", models[NER], "extract", {"threshold": 0.3}))
-    (catalog / "gliclass.yaml").write_text(
-        _entry(CLASSIFY, "gliclass", models[CLASSIFY], "extract", {"multi_label": False})
-    )
-    proc = start_server(
-        [
-            "--catalog",
-            str(catalog),
-            "--preload",
-            RERANK,
-            "--preload",
-            NER,
-            "--preload",
-            CLASSIFY,
-            "--trace-file",
-            str(root / "trace.jsonl"),
-        ],
-        root / "server.log",
-    )
-    proc.trace_path = root / "trace.jsonl"  # type: ignore[attr-defined]
-    yield proc
-    proc.stop()
+def trace_records(server: ServerProcess) -> list[dict[str, Any]]:
+    """The server's forward records so far (the server is shared: tests compare counts from a mark)."""
+    return [json.loads(line) for line in server.trace_path.read_text().splitlines()]  # type: ignore[attr-defined]
 
 
 def test_score_matches_the_cross_encoder_library_in_both_formats(
-    task_server: ServerProcess, models: dict[str, Path]
+    server: ServerProcess, models: dict[str, Path]
 ) -> None:
     from sentence_transformers import CrossEncoder
     from torch import nn
@@ -87,14 +49,14 @@ def test_score_matches_the_cross_encoder_library_in_both_formats(
     expected = {("d0", "item-1", "d2")[i]: float(score) for i, score in enumerate(reference)}
 
     packed = httpx.post(
-        task_server.url + f"/v1/score/{RERANK}",
+        server.url + f"/v1/score/{RERANK}",
         content=msgpack.packb({"query": query, "items": items}),
         headers=MSGPACK,
     )
     assert packed.status_code == 200, packed.text
     body = msgpack.unpackb(packed.content, raw=False)
     as_json = httpx.post(
-        task_server.url + f"/v1/score/{RERANK}",
+        server.url + f"/v1/score/{RERANK}",
         json={"query": query, "items": items},
         headers={"Accept": "application/json"},
     ).json()
@@ -108,14 +70,14 @@ def test_score_matches_the_cross_encoder_library_in_both_formats(
     assert packed.headers["X-SIE-Server-Version"].startswith("0.10.")
 
 
-def test_extract_entities_match_gliner_library(task_server: ServerProcess, models: dict[str, Path]) -> None:
+def test_extract_entities_match_gliner_library(server: ServerProcess, models: dict[str, Path]) -> None:
     from gliner import GLiNER
 
     labels = ["person", "location"]
     reference = GLiNER.from_pretrained(str(models[NER]), local_files_only=True)
     items = [{"id": "x", "text": TEXTS[0]}, {"text": TEXTS[1]}]
     response = httpx.post(
-        task_server.url + f"/v1/extract/{NER}",
+        server.url + f"/v1/extract/{NER}",
         content=msgpack.packb({"items": items, "params": {"labels": labels, "options": {"threshold": 0.3}}}),
         headers=MSGPACK,
     )
@@ -138,9 +100,9 @@ def test_extract_entities_match_gliner_library(task_server: ServerProcess, model
     assert found_any, "the tiny GLiNER must produce entities at this threshold for the check to mean anything"
 
 
-def test_extract_classifications_from_gliclass(task_server: ServerProcess) -> None:
+def test_extract_classifications_from_gliclass(server: ServerProcess) -> None:
     labels = ["science", "business", "history"]
-    with SiftClient(task_server.url) as client:
+    with SiftClient(server.url) as client:
         results = client.extract(CLASSIFY, [TEXTS[1], TEXTS[2]], labels=labels)
     for result in results:
         # Single-label in the catalog entry: a softmax over every label, best first.
@@ -148,7 +110,7 @@ def test_extract_classifications_from_gliclass(task_server: ServerProcess) -> No
         assert abs(sum(c.score for c in result.classifications) - 1.0) < 1e-5
         assert result.entities == []
     multi = httpx.post(
-        task_server.url + f"/v1/extract/{CLASSIFY}",
+        server.url + f"/v1/extract/{CLASSIFY}",
         json={
             "items": [{"text": TEXTS[2]}],
             "params": {"labels": labels, "options": {"multi_label": True, "threshold": 0.0}},
@@ -159,7 +121,7 @@ def test_extract_classifications_from_gliclass(task_server: ServerProcess) -> No
     assert [c["score"] for c in multi] == sorted((c["score"] for c in multi), reverse=True)
 
 
-def test_extract_label_groups_over_the_wire(task_server: ServerProcess) -> None:
+def test_extract_label_groups_over_the_wire(server: ServerProcess) -> None:
     body = {
         "items": [{"text": TEXTS[2]}, {"id": "b", "text": TEXTS[0]}],
         "params": {
@@ -172,7 +134,7 @@ def test_extract_label_groups_over_the_wire(task_server: ServerProcess) -> None:
             },
         },
     }
-    response = httpx.post(task_server.url + f"/v1/extract/{CLASSIFY}", content=msgpack.packb(body), headers=MSGPACK)
+    response = httpx.post(server.url + f"/v1/extract/{CLASSIFY}", content=msgpack.packb(body), headers=MSGPACK)
     assert response.status_code == 200, response.text
     payload = msgpack.unpackb(response.content)
     assert [item["id"] for item in payload["items"]] == ["item-0", "b"]
@@ -185,14 +147,15 @@ def test_extract_label_groups_over_the_wire(task_server: ServerProcess) -> None:
     # Usage counts the documents plus instruction and examples, not the label prompts.
     plain = dict(body, params={"labels": ["science"]})
     usage = msgpack.unpackb(
-        httpx.post(task_server.url + f"/v1/extract/{CLASSIFY}", content=msgpack.packb(plain), headers=MSGPACK).content
+        httpx.post(server.url + f"/v1/extract/{CLASSIFY}", content=msgpack.packb(plain), headers=MSGPACK).content
     )["usage"]["input_tokens"]
     assert 0 < usage < payload["usage"]["input_tokens"]
 
 
-async def test_concurrent_extracts_fuse_by_label_set_and_never_mix(task_server: ServerProcess) -> None:
+async def test_concurrent_extracts_fuse_by_label_set_and_never_mix(server: ServerProcess) -> None:
     labels_a, labels_b = ["person"], ["location", "organization"]
-    async with AsyncSiftClient(task_server.url) as client:
+    before = len(trace_records(server))
+    async with AsyncSiftClient(server.url) as client:
         alone_a = await client.extract(NER, TEXTS[0], labels=labels_a, options={"threshold": 0.3})
         alone_b = await client.extract(NER, TEXTS[0], labels=labels_b, options={"threshold": 0.3})
         mixed = await asyncio.gather(
@@ -207,18 +170,18 @@ async def test_concurrent_extracts_fuse_by_label_set_and_never_mix(task_server: 
             (e.start, e.end, e.label) for e in expected.entities
         ]
         assert all(e.label in (labels_a if i % 2 == 0 else labels_b) for e in result.entities)
-    records = [json.loads(line) for line in task_server.trace_path.read_text().splitlines()]  # type: ignore[attr-defined]
-    ner_forwards = [r for r in records if r["model"] == NER]
+    ner_forwards = [r for r in trace_records(server)[before:] if r["model"] == NER]
     # 18 requests in far fewer forwards, and no forward mixed the two label sets (checked by results above).
     assert len(ner_forwards) < 18
 
 
-async def test_concurrent_scores_share_forwards(task_server: ServerProcess) -> None:
-    async with AsyncSiftClient(task_server.url) as client:
+async def test_concurrent_scores_share_forwards(server: ServerProcess) -> None:
+    before = len(trace_records(server))
+    async with AsyncSiftClient(server.url) as client:
         results = await asyncio.gather(*(client.score(RERANK, f"query {i}", [TEXTS[0], TEXTS[1]]) for i in range(12)))
     assert all(len(r.scores) == 2 for r in results)
-    records = [json.loads(line) for line in task_server.trace_path.read_text().splitlines()]  # type: ignore[attr-defined]
-    assert len([r for r in records if r["model"] == RERANK]) < 14
+    # 12 requests in fewer forwards.
+    assert len([r for r in trace_records(server)[before:] if r["model"] == RERANK]) < 12
 
 
 BAD: list[tuple[str, str, object, str]] = [
@@ -301,8 +264,8 @@ BAD: list[tuple[str, str, object, str]] = [
 
 
 @pytest.mark.parametrize(("name", "path", "body", "code"), BAD, ids=[b[0] for b in BAD])
-def test_bad_score_and_extract_input(task_server: ServerProcess, name: str, path: str, body: object, code: str) -> None:
-    response = httpx.post(task_server.url + path, content=msgpack.packb(body), headers=MSGPACK)
+def test_bad_score_and_extract_input(server: ServerProcess, name: str, path: str, body: object, code: str) -> None:
+    response = httpx.post(server.url + path, content=msgpack.packb(body), headers=MSGPACK)
     assert response.status_code == 400, response.text
     assert response.json()["detail"]["code"] == code
     assert len(response.json()["detail"]["message"]) > 10

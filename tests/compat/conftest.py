@@ -1,0 +1,103 @@
+"""One ``sift serve`` and one cluster (a gateway with one worker) for all the compatibility
+modules: every tiny model they use in one catalog, each under a name of its own, behind an API
+key (the drivers send it). The three modules form one xdist unit (tests/fixtures/parallel.py), so
+one worker starts these once; package scope stops them when that worker leaves tests/compat.
+
+The released ``sie-sdk`` needs Python 3.12: it runs in its own virtual environment
+(``.venv/sie-compat``, made by ``scripts/bootstrap.sh``), in a subprocess."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sift_server.cluster.local import LocalCluster
+from tests.adapters.parity.cases import GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL
+from tests.cluster.conftest import add_worker, start_cluster, wait_workers
+from tests.fixtures.server_process import ServerProcess, start_server
+from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
+from tests.fixtures.tiny_models import (
+    build_tiny_cross_encoder,
+    build_tiny_gliner,
+    build_tiny_gliner2,
+    build_tiny_gliner_bi,
+    build_tiny_nli,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))
+COMPAT_PYTHON = COMPAT_VENV / "bin" / "python"
+# The interpreter bootstrap.sh builds the venv with (sie-sdk 0.10.1 needs Python 3.12).
+PYTHON312 = Path(os.environ.get("SIFT_PYTHON312", Path.home() / ".pyenv/versions/3.12.1/bin/python3.12"))
+KEY = "s3cret"
+RERANK, NER = "tiny/reranker", "tiny/gliner"
+# What the cluster's worker serves: test_sie_sdk's models and the image models.
+CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP)
+EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL)
+
+
+def require_venv() -> None:
+    if COMPAT_PYTHON.exists():
+        return
+    if PYTHON312.exists():
+        pytest.fail(f"{COMPAT_VENV} is missing although {PYTHON312} exists: run scripts/bootstrap.sh")
+    pytest.skip(f"no Python 3.12 ({PYTHON312}) for the released sie-sdk")
+
+
+def _entry(name: str, adapter: str, folder: Path, task: str, extra: str = "") -> str:
+    return f"name: {name}\nadapter: {adapter}\n{extra}source:\n  path: {folder}\ntasks: [{task}]\n"
+
+
+@pytest.fixture(scope="package")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_venv()
+    root = tmp_path_factory.mktemp("compat")
+    catalog = root / "catalog"
+    write_catalog_entry(catalog, build_tiny_embedder(root / "embedder"))
+    entries = {
+        "reranker": _entry(RERANK, "cross-encoder", build_tiny_cross_encoder(root / "reranker"), "score"),
+        # test_sie_sdk asks for entities at any score; the bi-encoder's parity cases were recorded at 0.3.
+        "gliner": _entry(NER, "gliner", build_tiny_gliner(root / "gliner"), "extract") + "options:\n  threshold: 0.0\n",
+        "nli": _entry(NLI_MODEL, "nli", build_tiny_nli(root / "nli"), "extract"),
+        "gliner2": _entry(GLINER2_MODEL, "gliner2", build_tiny_gliner2(root / "gliner2"), "extract"),
+        "gliner-bi": _entry(GLINER_BI_MODEL, "gliner", build_tiny_gliner_bi(root / "bi"), "extract")
+        + "options:\n  threshold: 0.3\n",
+        "clip": _entry(TINY_CLIP, "clip", build_tiny_clip(root / "clip"), "encode", "backend: torch\n"),
+        "siglip": _entry(TINY_SIGLIP, "clip", build_tiny_siglip(root / "siglip"), "encode", "backend: torch\n"),
+    }
+    for name, text in entries.items():
+        (catalog / f"{name}.yaml").write_text(text)
+    return catalog
+
+
+def _model_args(catalog: Path, models: tuple[str, ...]) -> list[str]:
+    default, *others = models
+    return ["--catalog", str(catalog), "--model", default, *(arg for name in others for arg in ("--preload", name))]
+
+
+@pytest.fixture(scope="package")
+def direct(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``sift serve`` with every model of the catalog loaded."""
+    root = tmp_path_factory.mktemp("compat-serve")
+    proc = start_server([*_model_args(catalog, CLUSTER_MODELS + EXTRACTORS), "--api-key", KEY], root / "serve.log")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="package")
+def gateway(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A gateway (with the API key) and one worker serving ``CLUSTER_MODELS``."""
+    root = tmp_path_factory.mktemp("compat-cluster")
+    args = _model_args(catalog, CLUSTER_MODELS)
+    cluster = start_cluster(root, 0, [], [*args, "--api-key", KEY])
+    try:
+        add_worker(cluster, "w-compat", [*args, "--no-calibrate", "--torch-threads", "1"])
+        for model in CLUSTER_MODELS:
+            wait_workers(cluster, model, {"w-compat"}, headers={"Authorization": f"Bearer {KEY}"})
+        yield cluster
+    finally:
+        cluster.stop()
