@@ -2,12 +2,15 @@
 on tiny models (export included), the artifact cache, and ``auto``'s choice.
 
 Exports are shared by the whole session (one cache folder), so each tiny model
-is exported once however many tests load it."""
+is exported once however many tests load it; a test that needs a cache without
+recorded decisions gets a copy of that folder's exports, and only the test about
+rebuilding a corrupted export exports again."""
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,26 @@ def score(adapter: CrossEncoderAdapter, texts: list[str]) -> np.ndarray:
 
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(backends.cosine_agreement(1.0)(a, b)[1])
+
+
+@pytest.fixture(scope="session")
+def embedder_exports(embedder_dir: Path, cache_dir: Path) -> Path:
+    """The session cache, holding the embedder's ONNX fp32 graph and OpenVINO IR."""
+    SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "openvino", "fp32"))
+    return cache_dir
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_exports(cross_encoder_dir: Path, cache_dir: Path) -> Path:
+    """The session cache, holding the cross-encoder's ONNX fp32 graph and OpenVINO IR."""
+    CrossEncoderAdapter.load(context(cross_encoder_dir, cache_dir, "openvino", "fp32"))
+    return cache_dir
+
+
+def copy_exports(cache: Path, folder: Path) -> Path:
+    """``folder`` holding ``cache``'s exports but none of its recorded decisions."""
+    shutil.copytree(cache, folder, ignore=shutil.ignore_patterns("decisions"), dirs_exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -221,9 +244,10 @@ def mismatching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("mismatching")
-def test_auto_falls_back_to_torch_when_others_miss(embedder_dir: Path, tmp_path: Path) -> None:
-    # A fresh cache: no recorded decision; the exports are redone (tiny model).
-    adapter = SentenceEmbedderAdapter.load(context(embedder_dir, tmp_path, "auto"))
+def test_auto_falls_back_to_torch_when_others_miss(embedder_dir: Path, embedder_exports: Path, tmp_path: Path) -> None:
+    # A cache with no recorded decision: auto decides again, on the session's exports.
+    cache = copy_exports(embedder_exports, tmp_path / "cache")
+    adapter = SentenceEmbedderAdapter.load(context(embedder_dir, cache, "auto"))
     runtime = adapter.info.runtime
     assert (runtime["backend"], runtime["precision"]) == ("torch", "fp32")
     others = {k: v for k, v in runtime["measured"].items() if k != "torch/fp32"}
@@ -231,8 +255,11 @@ def test_auto_falls_back_to_torch_when_others_miss(embedder_dir: Path, tmp_path:
 
 
 @pytest.mark.usefixtures("mismatching")
-def test_auto_cross_encoder_falls_back_to_torch(cross_encoder_dir: Path, tmp_path: Path) -> None:
-    adapter = CrossEncoderAdapter.load(context(cross_encoder_dir, tmp_path, "auto", tolerance=1e-3))
+def test_auto_cross_encoder_falls_back_to_torch(
+    cross_encoder_dir: Path, cross_encoder_exports: Path, tmp_path: Path
+) -> None:
+    cache = copy_exports(cross_encoder_exports, tmp_path / "cache")
+    adapter = CrossEncoderAdapter.load(context(cross_encoder_dir, cache, "auto", tolerance=1e-3))
     assert (adapter.info.runtime["backend"], adapter.info.runtime["precision"]) == ("torch", "fp32")
 
 
@@ -324,7 +351,11 @@ def fp32_embedder_export(cache: Path) -> Path:
 
 
 def test_read_only_cache_falls_back_with_a_warning(
-    embedder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    embedder_dir: Path,
+    embedder_exports: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     read_only = tmp_path / "read-only"
     real = artifacts.probe_write
@@ -335,12 +366,26 @@ def test_read_only_cache_falls_back_with_a_warning(
             raise PermissionError(13, "Permission denied", str(folder))
         real(folder)
 
+    fallbacks: list[Path] = []
+    choose_folder = artifacts.usable_cache_dir
+
+    def seeded(folder: Path | None) -> Path:
+        # The fallback the loader chose, given the session's exports (what is tested is the
+        # choice of folder; exporting into it would be the same export again).
+        chosen = choose_folder(folder)
+        fallbacks.append(copy_exports(embedder_exports, chosen))
+        return chosen
+
     monkeypatch.setattr(artifacts, "probe_write", refuse)
+    monkeypatch.setattr(artifacts, "usable_cache_dir", seeded)
     with caplog.at_level(logging.WARNING):
         adapter = SentenceEmbedderAdapter.load(context(embedder_dir, read_only, "onnx", "fp32"))
     assert adapter.info.runtime["backend"] == "onnx"
     assert "not writable" in caplog.text
     assert not any(read_only.rglob("model.onnx"))
+    assert isinstance(adapter.runner, backends.OnnxRunner)
+    assert fallbacks and all(folder != read_only for folder in fallbacks)
+    assert Path(adapter.runner.session._model_path).is_relative_to(fallbacks[0])
 
 
 def test_catalog_rejects_int8_off_onnx(tmp_path: Path) -> None:
@@ -383,9 +428,10 @@ def test_rust_tokenizer_matches_transformers() -> None:
 
 
 async def test_models_listing_shows_what_runs(
-    embedder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    embedder_dir: Path, embedder_exports: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SIFT_BACKEND", raising=False)  # the suite's default pins torch:fp32
+    monkeypatch.setenv("SIFT_CACHE_DIR", str(embedder_exports))  # the IR exported once for the session
     entry = (
         f"adapter: sentence-embedder\nsource: {{path: {embedder_dir}}}\ntasks: [encode]\n"
         "backend: openvino\nprecision: fp32\n"
@@ -419,7 +465,7 @@ def test_lora_needs_the_torch_backend(
     seen: list[tuple[str, str | None]] = []
 
     class Recorder:
-        transformers_models = False
+        transformers_models = False  # builds no model: the loader need not import transformers' code
 
         @classmethod
         def load(cls, ctx: LoadContext) -> Any:

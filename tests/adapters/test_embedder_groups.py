@@ -24,6 +24,12 @@ def embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_embedder(tmp_path_factory.mktemp("tiny-embedder"), seed=5)
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One artifact cache for the module: the tiny embedder is exported once."""
+    return tmp_path_factory.mktemp("groups-cache")
+
+
 def load(path: Path, cache: Path, backend: str) -> SentenceEmbedderAdapter:
     return SentenceEmbedderAdapter.load(
         LoadContext(
@@ -39,10 +45,8 @@ def load(path: Path, cache: Path, backend: str) -> SentenceEmbedderAdapter:
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnx", "openvino"])
-def test_grouped_forward_answers_what_the_padded_batch_answers(
-    embedder_dir: Path, tmp_path_factory: pytest.TempPathFactory, backend: str
-) -> None:
-    adapter = load(embedder_dir, tmp_path_factory.getbasetemp() / "groups-cache", backend)
+def test_grouped_forward_answers_what_the_padded_batch_answers(embedder_dir: Path, cache: Path, backend: str) -> None:
+    adapter = load(embedder_dir, cache, backend)
     prepared = adapter.prepare(EncodeTask(TEXTS))
     lengths = [len(row) for row in prepared.payload]
     parts = [Part(prepared, 0, 3), Part(prepared, 3, len(TEXTS))]
@@ -58,8 +62,9 @@ def test_grouped_forward_answers_what_the_padded_batch_answers(
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
-def test_load_measures_the_runner_s_call_cost(embedder_dir: Path, tmp_path: Path) -> None:
-    adapter = load(embedder_dir, tmp_path, "onnx")
+def test_load_measures_the_runner_s_call_cost(embedder_dir: Path, cache: Path) -> None:
+    # Measured on every load (never read from the cache), so the module's export serves.
+    adapter = load(embedder_dir, cache, "onnx")
     cost = adapter.call_cost_tokens
     assert isinstance(cost, int)
     assert 0 <= cost <= 4096

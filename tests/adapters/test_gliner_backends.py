@@ -311,9 +311,10 @@ def test_span_agreement_needs_identical_spans_and_close_scores() -> None:
 
 
 async def test_gliner_models_listing_shows_what_runs(
-    gliner_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    gliner_dir: Path, gliner_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SIFT_BACKEND", raising=False)  # the suite's default pins torch:fp32
+    monkeypatch.setenv("SIFT_CACHE_DIR", str(gliner_cache))  # the graph exported once for the module
     entry = (
         f"adapter: gliner\nsource: {{path: {gliner_dir}}}\ntasks: [extract]\n"
         "backend: onnx\nprecision: fp32\noptions: {threshold: 0.3}\n"

@@ -4,6 +4,7 @@ report section. No server, no model."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from sift_bench.analysis import analyze
-from sift_bench.replay import build_forward, combine, describe, replay_phase, server_cut
+from sift_bench.replay import ReplaySetup, build_forward, combine, describe, replay_env, replay_phase, server_cut
 from sift_bench.replay_analysis import replay_figures
 from sift_bench.replay_plan import ReplayForward, cap, phase_forwards, plan_phase
 from sift_bench.report import markdown, summary_rows
@@ -253,3 +254,15 @@ def test_a_failed_replay_is_reported_and_described() -> None:
     assert describe(results["runs"][0]["replay"]) == "in-process replay failed: no model"
     block = combine([], {"runtime": "torch fp32", "load_s": 1.0, "fixed_tokens": None, "phases": {}})
     assert describe(block) == "in-process replay: nothing replayed"
+
+
+def test_the_replay_child_runs_the_backend_its_server_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server started without --backend inherits SIFT_BACKEND; a replay without it ran
+    # another backend (and on ``auto`` exported and timed every candidate first).
+    setup = ReplaySetup(model="m", catalogs=[], torch_threads=1, cpus=None, workload="short", seed=0)
+    monkeypatch.setenv("SIFT_BACKEND", "torch:fp32")
+    assert replay_env(setup)["SIFT_BACKEND"] == "torch:fp32"
+    assert replay_env(dataclasses.replace(setup, backend="onnx"))["SIFT_BACKEND"] == "onnx"
+    monkeypatch.delenv("SIFT_BACKEND")
+    assert "SIFT_BACKEND" not in replay_env(setup)
+    assert replay_env(dataclasses.replace(setup, backend="openvino:fp32"))["SIFT_BACKEND"] == "openvino:fp32"

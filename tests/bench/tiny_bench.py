@@ -1,5 +1,6 @@
 """The small bench the end-to-end bench tests run: the tiny model, two bursts
-of 8, a closed loop of 8 for a second."""
+of 8, a closed loop of 8 for half a second; the ceiling and the replay as small
+as the tests that read them allow."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def tiny_bench(
         bursts=2,
         burst_sizes=(8,),
         concurrencies=(8,),
-        closed_seconds=1.0,
+        closed_seconds=0.5,
         burst_gap_s=0.1,
         settle_s=0.1,
         warmup_sequential=max(2, sequential // 3),
@@ -39,6 +40,9 @@ def tiny_bench(
         client=client,
         ceiling=ceiling,
         ceiling_min_time_s=0.01,
+        # No forward holds more than the 8 in flight: the ceiling then measures exactly the sizes seen.
+        ceiling_grid=(8,),
+        replay_cap_s=0.2,
         progress=False,
         ready_timeout_s=300.0,
     )

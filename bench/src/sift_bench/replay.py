@@ -202,16 +202,16 @@ class ReplaySetup:
     timeout_s: float = 600.0
 
 
-def _env(setup: ReplaySetup) -> dict[str, str]:
+def replay_env(setup: ReplaySetup) -> dict[str, str]:
     """The arm's server code first, then this bench's own sources (the child
-    runs this module even when the installed bench is another checkout's)."""
+    runs this module even when the installed bench is another checkout's).
+    The arm's backend, else whatever ``SIFT_BACKEND`` this process has: a
+    server started without ``--backend`` inherits it too."""
     bench_src = Path(sift_bench.__file__).resolve().parent.parent
     paths = [str(p) for p in (setup.pythonpath, bench_src) if p is not None]
     env = child_env(None, {"PYTHONPATH": os.pathsep.join(paths)})
     if setup.backend:
         env["SIFT_BACKEND"] = setup.backend
-    else:
-        env.pop("SIFT_BACKEND", None)
     return env
 
 
@@ -233,7 +233,7 @@ def replay_run(setup: ReplaySetup, plans: Sequence[PhaseReplayPlan], folder: Pat
     }
     input_path.write_text(json.dumps(spec), encoding="utf-8")
     command = [*pin_prefix(setup.cpus), sys.executable, "-m", "sift_bench.replay", str(input_path)]
-    measured = run_json_child(command, _env(setup), log_path, setup.timeout_s, "replay")
+    measured = run_json_child(command, replay_env(setup), log_path, setup.timeout_s, "replay")
     return combine(plans, measured)
 
 

@@ -64,6 +64,8 @@ class BenchConfig:
     torch_threads: int = 1
     ceiling: bool = True
     ceiling_min_time_s: float = 0.5
+    # The ceiling's batch sizes; every size the servers formed up to the largest is added.
+    ceiling_grid: tuple[int, ...] = GRID
     # After each run, its closed-loop forwards replayed in-process (sift_bench.replay).
     replay: bool = True
     replay_cap_s: float = 3.0
@@ -475,7 +477,8 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
             )
         if config.ceiling:
             progress.phase("in-process ceiling", None)
-            sizes = sorted(set(GRID) | {s for s in batch_sizes_seen(results) if s <= max(GRID)})
+            grid = config.ceiling_grid
+            sizes = sorted(set(grid) | {s for s in batch_sizes_seen(results) if s <= max(grid)})
             try:
                 results["ceiling"] = run_ceiling(
                     config.model, config.catalogs, sizes,
