@@ -15,8 +15,8 @@ lint: setup
 	$(LINT)
 
 # Lint runs beside the suite, not before it, at the lowest priority: mypy's first run (no cache yet)
-# takes most of a minute on one core, and the suite leaves about a fifth of the CPU idle while it
-# waits on servers. Lint's output follows the suite's; either failing fails the target.
+# takes about half a minute on one core, and the suite leaves some of the CPU idle while it waits
+# on servers. Lint's output follows the suite's; either failing fails the target.
 test: setup
 	@lint_log=$$(mktemp); \
 	{ echo '$(LINT)'; nice -n 19 bash -c '$(LINT)'; } >"$$lint_log" 2>&1 & lint_pid=$$!; \
