@@ -136,8 +136,8 @@ def _needs_bench(args: argparse.Namespace) -> int:
     return 2
 
 
-def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
-    """The whole ``sift`` command; without ``plugins``, only the commands this distribution has."""
+def _own_parser() -> tuple[argparse.ArgumentParser, Any]:
+    """The ``sift`` command with this distribution's commands, and its subcommand table."""
     parser = argparse.ArgumentParser(prog="sift", description="Sift inference server.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
@@ -145,8 +145,13 @@ def build_parser(plugins: bool = True) -> argparse.ArgumentParser:
     for registrar in BUILTIN_COMMANDS:
         module, _, function = registrar.partition(":")
         getattr(importlib.import_module(module), function)(subparsers)
-    if plugins:
-        _add_plugins(subparsers)
+    return parser, subparsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``sift`` command, other distributions' commands included."""
+    parser, subparsers = _own_parser()
+    _add_plugins(subparsers)
     return parser
 
 
@@ -154,10 +159,11 @@ def parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The parser ``argv`` needs. A command of this distribution (serve, worker, gateway, models)
     skips the entry-point scan and the benchmark harness's import, a few tenths of a second of
     every server's start; help, no command or another command gets the whole parser."""
-    own = build_parser(plugins=False)
+    parser, subparsers = _own_parser()
     command = next((arg for arg in argv if not arg.startswith("-")), None)
-    choices = next(a.choices for a in own._actions if isinstance(a, argparse._SubParsersAction))
-    return own if command is not None and command in choices else build_parser()
+    if command is None or command not in subparsers.choices:
+        _add_plugins(subparsers)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

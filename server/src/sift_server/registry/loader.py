@@ -65,11 +65,11 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
         tolerance=spec.tolerance,
         rechoose_backend=rechoose_backend(),
     )
-    adapter = adapter_class(spec.adapter)
-    if backend in ("torch", "auto") and adapter.transformers_models:
+    adapter_type = adapter_class(spec.adapter)
+    if backend in ("torch", "auto") and adapter_type.transformers_models:
         # PyTorch runs, or times the candidates: transformers' model code will be imported.
         import_transformers_models()
-    return adapter.load(ctx)
+    return adapter_type.load(ctx)
 
 
 def estimate_bytes(spec: ModelSpec) -> int:
