@@ -7,9 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from sift_server.engine.batch_queue import Caps
-from sift_server.simulator.forward_model import ForwardPreset, PaddedForward
-from sift_server.simulator.traces import (
+from sift_bench.simulate.forward_model import ForwardPreset, PaddedForward
+from sift_bench.simulate.traces import (
     DEFAULT_INGRESS,
     Client,
     Kind,
@@ -19,6 +18,7 @@ from sift_server.simulator.traces import (
     poisson,
     sequential,
 )
+from sift_server.engine.batch_queue import Caps
 
 
 @dataclass(frozen=True, slots=True)

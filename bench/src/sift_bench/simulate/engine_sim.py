@@ -41,11 +41,11 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Literal, Protocol, runtime_checkable
 
+from sift_bench.simulate.shared_loop import SharedLoop
+from sift_bench.simulate.traces import Arrival, Client
 from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import Decision, Dispatch, Idle, SchedulerState, WaitUntil
 from sift_server.engine.scheduler import Batch, Scheduler, SchedulerConfig
-from sift_server.simulator.shared_loop import SharedLoop
-from sift_server.simulator.traces import Arrival, Client
 
 # What a queued request's ``Pending.arrival`` holds: the time it was admitted
 # (what the worker shell stores) or the time its headers arrived.
