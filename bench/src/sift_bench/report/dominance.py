@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sift_bench.stats import RatioInterval, geometric_ratio
+from sift_bench.report.stats import RatioInterval, geometric_ratio
 
 LATENCY_STATS: tuple[str, ...] = ("p50", "p90", "p99", "max")
 # The per-trial figure each check reads (analysis.summarize_arm_phase writes them).

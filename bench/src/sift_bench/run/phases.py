@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sift_bench.client import Transport
+from sift_bench.client.answer import Transport
 
 PhaseKind = Literal["sequential", "burst", "closed"]
 

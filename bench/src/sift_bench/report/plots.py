@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from sift_bench.analysis import run_phase_stats
+from sift_bench.report.analysis import run_phase_stats
 
 
 def _valid_stats(results: Mapping[str, Any], arm: str, phase: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from sift_bench.server_proc import ArmServer, child_env, pin_prefix, prepare_logs
+from sift_bench.arms.server import ArmServer, child_env, pin_prefix, prepare_logs
 from sift_server.processes import free_port, nats_command, sift_command, spawn, wait_ready
 
 

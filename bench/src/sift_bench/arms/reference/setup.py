@@ -22,8 +22,8 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sift_bench.arms import REFERENCE_RELEASE
-from sift_bench.reference.backport import backport_tree
+from sift_bench.arms.arm import REFERENCE_RELEASE
+from sift_bench.arms.reference.backport import backport_tree
 
 SDK_RELEASE = "sie-sdk==0.10.1"
 # Kept on the CPU build: the versions the release's requirements would otherwise replace.

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-Row = Sequence[str]
-
-
-def text_table(headers: Row, rows: Sequence[Row]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = "  ".join("-" * w for w in widths)
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)), line]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(out)
-
-
-def md_table(headers: Row, rows: Sequence[Row]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(out)
+from sift_bench.report import replay_section
+from sift_bench.report.tables import md_table, text_table
 
 
 def _f(value: float | None, digits: int = 2) -> str:
@@ -272,8 +259,6 @@ def _phase_detail(results: Mapping[str, Any], phase: str) -> list[str]:
 
 
 def markdown(results: Mapping[str, Any]) -> str:
-    from sift_bench import replay_report
-
     meta, config = results["meta"], results["config"]
     plan = config["plan"]
     lines = [
@@ -359,7 +344,7 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += ["## Phases", ""]
     for phase in config["phases"]:
         lines += _phase_detail(results, phase)
-    lines += replay_report.section(results)
+    lines += replay_section.section(results)
     ceiling = results.get("ceiling")
     lines += ["## In-process ceiling", ""]
     if ceiling:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sift_bench.stats import geometric_ratio
+from sift_bench.report.stats import geometric_ratio
 
 
 def trial_row(trial: int, served: float, block: Mapping[str, Any]) -> dict[str, Any] | None:

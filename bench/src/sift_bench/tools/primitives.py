@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_bench.server_proc import add_measurement_args, default_cpus, measured_server
-from sift_bench.stats import median
-from sift_bench.workload import make_texts
+from sift_bench.arms.server import add_measurement_args, default_cpus, measured_server
+from sift_bench.report.stats import median
+from sift_bench.workload.texts import make_texts
 
 LABELS = ["person", "location", "organization", "date"]
 ITEMS = 32

@@ -14,13 +14,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sift_bench import plots, report
-from sift_bench.analysis import analyze, batch_sizes_seen
-from sift_bench.arms import (
+from sift_bench.arms.arm import (
     INSTRUMENT,
     Arm,
     changed_files,
@@ -30,54 +28,26 @@ from sift_bench.arms import (
     worktree_state,
     write_manifest,
 )
-from sift_bench.ceiling import GRID, run_ceiling
-from sift_bench.client import ClientKind, fetch_dims, fetch_runtime, make_transport
-from sift_bench.cluster_server import ClusterServer
-from sift_bench.dominance import verdicts
-from sift_bench.join import JoinResult, burst_pattern, join_requests
-from sift_bench.ordering import trial_orders
-from sift_bench.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
-from sift_bench.reference.server import ReferenceServer
-from sift_bench.replay import describe, replay_for_run
-from sift_bench.request import RequestSpec
-from sift_bench.server_cpu import CpuSampler
-from sift_bench.server_proc import ArmServer, ServerProcess, ServerSpec, ServerStartError
-from sift_bench.targets import evaluate
-from sift_bench.workload import Workload, texts_for
-from sift_server.config import DEFAULT_MODEL
+from sift_bench.arms.cpu import CpuSampler
+from sift_bench.arms.gateway import ClusterServer
+from sift_bench.arms.reference.server import ReferenceServer
+from sift_bench.arms.server import ArmServer, ServerProcess, ServerSpec, ServerStartError
+from sift_bench.client.transports import fetch_dims, fetch_runtime, make_transport
+from sift_bench.report import plots
+from sift_bench.report.analysis import analyze, batch_sizes_seen
+from sift_bench.report.dominance import verdicts
+from sift_bench.report.markdown import markdown
+from sift_bench.report.targets import evaluate
+from sift_bench.run.ceiling import run_ceiling
+from sift_bench.run.config import BenchConfig
+from sift_bench.run.join import JoinResult, burst_pattern, join_requests
+from sift_bench.run.ordering import trial_orders
+from sift_bench.run.phases import PhaseAborted, PhaseContext, PhasePlan, PhaseResult, run_phases
+from sift_bench.run.replay import describe, replay_for_run
+from sift_bench.workload.texts import texts_for
 from sift_server.engine.trace import ForwardRecord, read_trace
 
 SCHEMA = "sift-bench/1"
-
-
-@dataclass(slots=True)
-class BenchConfig:
-    arms: list[Arm]
-    out_dir: Path
-    trials: int = 3
-    model: str = DEFAULT_MODEL
-    catalogs: list[Path] = field(default_factory=list)
-    plan: PhasePlan = field(default_factory=PhasePlan)
-    client: ClientKind = "sdk"
-    server_cpus: set[int] | None = None
-    client_cpus: set[int] | None = None
-    torch_threads: int = 1
-    ceiling: bool = True
-    ceiling_min_time_s: float = 0.5
-    # The ceiling's batch sizes; every size the servers formed up to the largest is added.
-    ceiling_grid: tuple[int, ...] = GRID
-    # After each run, its closed-loop forwards replayed in-process (sift_bench.replay).
-    replay: bool = True
-    replay_cap_s: float = 3.0
-    seed: int = 0
-    ready_timeout_s: float = 300.0
-    items_per_request: int = 1
-    workload: Workload = "short"
-    # What each request asks for (encode dense by default).
-    request: RequestSpec = field(default_factory=RequestSpec)
-    plots: bool = True
-    progress: bool | None = None  # None: progress bars on a terminal only
-    command_line: list[str] | None = None
 
 
 # ---- progress -------------------------------------------------------------
@@ -423,7 +393,7 @@ def finish(results: dict[str, Any], out_dir: Path, *, make_plots: bool = True) -
     if make_plots:
         results["files"]["plots"] = [p.name for p in plots.write_plots(results, out_dir)]
     write_results(results, out_dir)
-    (out_dir / "report.md").write_text(report.markdown(results), encoding="utf-8")
+    (out_dir / "report.md").write_text(markdown(results), encoding="utf-8")
     return results
 
 

@@ -1,6 +1,6 @@
 """The in-process replay of the forwards a server formed, run after each trial.
 
-The ceiling (``sift_bench.ceiling``) times a grid of batch sizes once, after
+The ceiling (``sift_bench.run.ceiling``) times a grid of batch sizes once, after
 every trial; the host's speed drifts over minutes and a maximum over a noisy
 grid is biased upward. The replay instead runs, right after each run's server
 has stopped, on the same CPUs with the same threads, the very batches that
@@ -14,7 +14,7 @@ of the first forwards; the figure is the median of the passes (with two, their
 mean). Served items/s over replayed items/s of the same batches is then a
 ratio that host drift between trials cannot bias.
 
-Child: ``python -m sift_bench.replay INPUT.json`` (JSON on stdout). Parent:
+Child: ``python -m sift_bench.run.replay INPUT.json`` (JSON on stdout). Parent:
 ``replay_run``, which writes the input, starts the child pinned like the
 server, with the arm's code and backend, and returns the per-phase figures.
 """
@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sift_bench
-from sift_bench.replay_plan import CAP_S, PhaseReplayPlan, plan_phase
-from sift_bench.request import ENCODE_DENSE, RequestSpec
-from sift_bench.server_proc import child_env, pin_prefix, run_json_child
-from sift_bench.stats import median
+from sift_bench.arms.server import child_env, pin_prefix, run_json_child
+from sift_bench.report.stats import median
+from sift_bench.run.replay_plan import CAP_S, PhaseReplayPlan, plan_phase
+from sift_bench.workload.request import ENCODE_DENSE, RequestSpec
 
 if TYPE_CHECKING:
-    from sift_bench.arms import Arm
-    from sift_bench.phases import PhaseResult
-    from sift_bench.runner import BenchConfig
+    from sift_bench.arms.arm import Arm
+    from sift_bench.run.config import BenchConfig
+    from sift_bench.run.phases import PhaseResult
     from sift_server.engine.trace import ForwardRecord
 
 PASSES = 2
@@ -157,8 +157,8 @@ def quiet_collector() -> None:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    from sift_bench.ceiling import fixed_tokens_of, load_model, preparer, runtime_of
-    from sift_bench.workload import texts_for
+    from sift_bench.run.ceiling import fixed_tokens_of, load_model, preparer, runtime_of
+    from sift_bench.workload.texts import texts_for
 
     parser = argparse.ArgumentParser(description="Replay a run's forwards in-process (JSON on stdout).")
     parser.add_argument("input", type=Path, help="the plan written by replay_run")
@@ -232,7 +232,7 @@ def replay_run(setup: ReplaySetup, plans: Sequence[PhaseReplayPlan], folder: Pat
         "phases": {plan.phase: plan.child_input() for plan in plans if plan.forwards},
     }
     input_path.write_text(json.dumps(spec), encoding="utf-8")
-    command = [*pin_prefix(setup.cpus), sys.executable, "-m", "sift_bench.replay", str(input_path)]
+    command = [*pin_prefix(setup.cpus), sys.executable, "-m", "sift_bench.run.replay", str(input_path)]
     measured = run_json_child(command, replay_env(setup), log_path, setup.timeout_s, "replay")
     return combine(plans, measured)
 

@@ -4,7 +4,7 @@
 - bursts of 8 and of 32: one forward in >= 23 of 24 bursts (the same fraction
   of however many bursts ran), in every valid trial;
 - closed loop at 8 and 32 in flight: throughput >= 0.95 x the in-process
-  items/s of the same batches, replayed after each trial (``sift_bench.replay``;
+  items/s of the same batches, replayed after each trial (``sift_bench.run.replay``;
   the geometric mean of the per-trial ratios); without a replay, the geometric
   mean over trials >= 0.95 x the best in-process items/s over batch sizes 1-64
   (the curve, which the report keeps beside the replay for comparison); and
@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sift_bench.analysis import find_ratio
+from sift_bench.report.analysis import find_ratio
 
 SEQ_QUEUE_P95_MS = 0.5
 BURST_ONE_FORWARD = (23, 24)

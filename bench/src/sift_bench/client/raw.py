@@ -10,9 +10,9 @@ import time
 
 import msgpack
 
-from sift_bench.client import Outcome, _check, decode_encode_response, validate_dense
-from sift_bench.raw_http import RawConnection
-from sift_bench.request import ENCODE_DENSE, RequestSpec, check_answer
+from sift_bench.client.answer import Outcome, check_status, decode_encode_response, validate_dense
+from sift_bench.client.raw_http import RawConnection
+from sift_bench.workload.request import ENCODE_DENSE, RequestSpec, check_answer
 
 _HEADERS = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 
@@ -59,7 +59,7 @@ class RawTransport:
                 return Outcome(False, None, f"{type(exc).__name__}: {exc}", issued)
             self._idle.append(connection)
         echoed = response.headers.get("x-request-id") if self.echo_required else request_id
-        error = _check(response.status_code, echoed, request_id)
+        error = check_status(response.status_code, echoed, request_id)
         if error is None:
             try:
                 error = self._check_body(response.content, len(texts))

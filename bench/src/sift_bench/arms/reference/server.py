@@ -13,8 +13,8 @@ from typing import Self
 
 import httpx
 
-from sift_bench.reference.models import write_models_dir
-from sift_bench.server_proc import ArmServer, child_env, pin_prefix, prepare_logs
+from sift_bench.arms.reference.models import write_models_dir
+from sift_bench.arms.server import ArmServer, child_env, pin_prefix, prepare_logs
 from sift_server.processes import ProcessStartError, free_port, spawn, wait_ready
 
 # Where ``sift bench reference-setup`` puts the reference's virtual environment.

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import msgpack
 
-from sift_bench.server_proc import add_measurement_args, default_cpus, measured_server
-from sift_bench.stats import percentile
+from sift_bench.arms.server import add_measurement_args, default_cpus, measured_server
+from sift_bench.report.stats import percentile
 from sift_server.config import DEFAULT_MODEL
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."

@@ -13,55 +13,25 @@ import contextvars
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import httpx
 import msgpack
-import numpy as np
 
-from sift_bench.request import ENCODE_DENSE, RequestSpec, check_answer
-
-ClientKind = Literal["sdk", "httpx", "raw"]
+from sift_bench.client.answer import (
+    ClientKind,
+    Outcome,
+    Transport,
+    check_status,
+    decode_encode_response,
+    validate_dense,
+)
+from sift_bench.client.raw import RawTransport
+from sift_bench.workload.request import ENCODE_DENSE, RequestSpec, check_answer
 
 # Under uvicorn's 5 s keep-alive: the client drops an idle connection before the
 # server does, so no request is ever written into a connection being closed.
 KEEPALIVE_EXPIRY_S = 4.0
-
-
-@dataclass(slots=True)
-class Outcome:
-    ok: bool
-    status: int | None = None
-    error: str | None = None
-    # perf_counter when the request was handed to the HTTP stack (after the SDK built it).
-    issued: float | None = None
-
-
-class Transport(Protocol):
-    kind: str
-
-    async def send(self, request_id: str, texts: list[str]) -> Outcome:
-        """Run the request spec's primitive on ``texts`` and check the answer."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-def validate_dense(matrix: Any, items: int, dims: int | None) -> str | None:
-    """Why ``matrix`` is not ``items`` finite float vectors of ``dims`` (None: it is)."""
-    if not isinstance(matrix, np.ndarray):
-        return f"expected an array, got {type(matrix).__name__}"
-    if matrix.ndim != 2 or matrix.shape[0] != items:
-        return f"expected {items} vectors, got shape {matrix.shape}"
-    if dims is not None and matrix.shape[1] != dims:
-        return f"expected {dims} dims, got {matrix.shape[1]}"
-    if matrix.shape[1] == 0:
-        return "empty vectors"
-    if matrix.dtype.kind != "f":
-        return f"expected float vectors, got {matrix.dtype}"
-    if not bool(np.isfinite(matrix).all()):
-        return "non-finite values"
-    return None
 
 
 def _count(results: Any, items: int, what: str) -> str | None:
@@ -77,14 +47,6 @@ def _limits(max_connections: int) -> httpx.Limits:
         max_keepalive_connections=max_connections,
         keepalive_expiry=KEEPALIVE_EXPIRY_S,
     )
-
-
-def _check(status: int | None, echoed: str | None, request_id: str) -> str | None:
-    if status != 200:
-        return f"HTTP {status}"
-    if echoed != request_id:
-        return f"request id not echoed (sent {request_id!r}, got {echoed!r})"
-    return None
 
 
 # Checks an answer whose status and echoed id are right: why it is wrong (None: it is right).
@@ -162,7 +124,7 @@ class _HookedClient:
         finally:
             self.exchange.reset(token)
         echoed = exchange.echoed if self.echo_required else request_id
-        error = self._refusal() or _check(exchange.status, echoed, request_id)
+        error = self._refusal() or check_status(exchange.status, echoed, request_id)
         if error is None:
             try:
                 error = check_body()
@@ -215,29 +177,6 @@ class SdkTransport(_HookedClient):
         await super().aclose()
 
 
-def _nd_hook(obj: dict[Any, Any]) -> Any:
-    """msgpack-numpy nd-map (bytes keys) to an array."""
-    if b"nd" in obj and b"data" in obj:
-        raw_type = obj[b"type"]
-        dtype = np.dtype(raw_type.decode() if isinstance(raw_type, bytes) else raw_type)
-        array = np.frombuffer(obj[b"data"], dtype=dtype)
-        return array.reshape(obj[b"shape"]) if obj[b"nd"] else array[0]
-    return obj
-
-
-def decode_encode_response(content: bytes, items: int) -> Any:
-    """The ``(items, dims)`` dense matrix of a MessagePack encode response."""
-    body = msgpack.unpackb(content, raw=False, object_hook=_nd_hook, strict_map_key=False)
-    rows = body["items"]
-    if len(rows) != items:
-        raise ValueError(f"expected {items} items, got {len(rows)}")
-    vectors = [np.asarray(row["dense"]["values"]) for row in rows]
-    for row, vector in zip(rows, vectors, strict=True):
-        if vector.ndim != 1 or vector.shape[0] != int(row["dense"]["dims"]):
-            raise ValueError(f"vector of shape {vector.shape} for dims {row['dense']['dims']}")
-    return np.stack(vectors)
-
-
 class HttpxTransport(_HookedClient):
     """MessagePack over a bare ``httpx.AsyncClient``."""
 
@@ -279,8 +218,6 @@ def make_transport(
 ) -> Transport:
     """``echo_required``: an answer must echo the request's X-Request-ID."""
     if kind == "raw":
-        from sift_bench.raw_client import RawTransport
-
         return RawTransport(base_url, model, dims, max_connections=max_connections, timeout=timeout, spec=spec,
                             echo_required=echo_required)  # fmt: skip
     cls = SdkTransport if kind == "sdk" else HttpxTransport

@@ -1,6 +1,6 @@
 """The ceiling: items/s of the model itself, in-process, at given batch sizes.
 
-Run as a child process (``python -m sift_bench.ceiling``) pinned to the
+Run as a child process (``python -m sift_bench.run.ceiling``) pinned to the
 server's CPUs with the server's torch threads, so that it measures what the
 server's forward could do on the same core. Tokenization is done beforehand;
 only the forward is timed, on whole passes over the texts the benchmark sends
@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sift_bench.request import ENCODE_DENSE, RequestSpec
-from sift_bench.server_proc import child_env, pin_prefix, run_json_child
-from sift_bench.stats import median
-from sift_bench.workload import WORKLOADS, Workload, texts_for
+from sift_bench.arms.server import child_env, pin_prefix, run_json_child
+from sift_bench.report.stats import median
+from sift_bench.workload.request import ENCODE_DENSE, RequestSpec
+from sift_bench.workload.texts import WORKLOADS, Workload, texts_for
 from sift_server.config import DEFAULT_MODEL
 
 GRID: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)
@@ -200,7 +200,7 @@ def run_ceiling(
     """Measure in a pinned child process; raises ``RuntimeError`` on failure."""
     command = [
         *pin_prefix(cpus),
-        sys.executable, "-m", "sift_bench.ceiling",
+        sys.executable, "-m", "sift_bench.run.ceiling",
         "--model", model,
         "--sizes", ",".join(str(s) for s in sorted(set(sizes))),
         "--torch-threads", str(torch_threads),

@@ -1,11 +1,12 @@
-"""The report's section on the per-trial in-process replay (``sift_bench.replay``)."""
+"""The report's section on the per-trial in-process replay (``sift_bench.run.replay``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from sift_bench.targets import reachable_ceiling
+from sift_bench.report.tables import md_table
+from sift_bench.report.targets import reachable_ceiling
 
 
 def _f(value: float | None, digits: int = 1) -> str:
@@ -82,8 +83,6 @@ def failures(results: Mapping[str, Any]) -> list[str]:
 
 def section(results: Mapping[str, Any]) -> list[str]:
     """Markdown lines of the replay section."""
-    from sift_bench.report import md_table
-
     lines = ["## In-process replay of the server's batches", ""]
     rows = replay_rows(results)
     fails = failures(results)

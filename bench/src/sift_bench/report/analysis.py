@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sift_bench.replay_analysis import replay_figures
-from sift_bench.stats import geometric_mean, geometric_ratio, median, percentile, percentiles
+from sift_bench.report.replay_analysis import replay_figures
+from sift_bench.report.stats import geometric_mean, geometric_ratio, median, percentile, percentiles
 
 MS = 1000.0
 
