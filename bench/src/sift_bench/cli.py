@@ -160,8 +160,12 @@ def _reference_setup(args: argparse.Namespace) -> int:
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
     """``sift bench SUBCOMMAND``: tools beside the bench itself (no subcommand: run the bench)."""
     from sift_bench.cluster.cli import add_cluster
+    from sift_bench.report.distribution import add_distribution
+    from sift_bench.tools.floor import add_floor
 
-    commands = parser.add_subparsers(dest="bench_command", metavar="{reference-setup,archive,cluster}")
+    commands = parser.add_subparsers(
+        dest="bench_command", metavar="{reference-setup,archive,distribution,cluster,floor}"
+    )
     setup = commands.add_parser(
         "reference-setup",
         help=f"create the reference arm's environment ({REFERENCE_RELEASE}, CPU PyTorch)",
@@ -182,7 +186,9 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     archive.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="results.json or results.json.gz")
     archive.add_argument("--remove", action="store_true", help="remove each source file afterwards")
     archive.set_defaults(handler=_archive)
+    add_distribution(commands)
     add_cluster(commands)
+    add_floor(commands)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

@@ -6,7 +6,8 @@ released sie-server 0.10.1 from its own venv on them (CPU, offline), and runs
 tests/compat/image_driver.py under that venv's Python: the released sie-sdk sends
 every case. Re-record after changing the tiny models, the images or the cases:
 
-    SIFT_BENCH_REFERENCE_VENV=/tmp/refprobe/venv .venv/bin/python experiments/record_image_parity.py
+    PYTHONPATH=server/src:sdk/src:bench/src:. SIFT_BENCH_REFERENCE_VENV=/tmp/refprobe/venv \\
+        .venv/bin/python scripts/record_image_parity.py
 """
 
 from __future__ import annotations
@@ -20,19 +21,17 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from sift_bench.reference.server import (  # noqa: E402
+from sift_bench.arms.reference.server import (
     model_loaded,
     reference_launcher,
     reference_venv,
     serve_command,
 )
-from sift_server.processes import free_port, spawn, wait_ready  # noqa: E402
-from tests.fixtures.image_cases import image_cases  # noqa: E402
-from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip  # noqa: E402
+from sift_server.processes import free_port, spawn, wait_ready
+from tests.fixtures.image_cases import image_cases
+from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "image_parity.json"
 DRIVER = ROOT / "tests" / "compat" / "image_driver.py"
 ADAPTERS = {

@@ -3,11 +3,11 @@
 # makes every process started after `source OUT/env.sh` see a CPU without AVX-512, AVX512-BF16,
 # AVX-VNNI or AMX: ONNX Runtime and OpenVINO through patched copies of their libraries
 # (avx2only.c, patch_cpuid.py), PyTorch through its own variables.
-#   experiments/avx2_only/setup.sh [OUT]; source OUT/env.sh; <command>
+#   bench/tools/avx2_only/setup.sh [OUT]; source OUT/env.sh; <command>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-/tmp/avx2only}
-py=${PYTHON:-$here/../../.venv/bin/python}
+py=${PYTHON:-$here/../../../.venv/bin/python}
 site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mkdir -p "$out"
 gcc -O2 -shared -fPIC -Wall -Wextra "$here/avx2only.c" -o "$out/libavx2only.so" -ldl
@@ -16,7 +16,7 @@ ov_core=$(ls "$site"/openvino/libs/libopenvino.so.* | grep -E 'libopenvino\.so\.
 map=$("$py" "$here/patch_cpuid.py" "$out/libs" "$ort" "$site/openvino/libs/libopenvino_intel_cpu_plugin.so")
 core=$("$py" "$here/patch_cpuid.py" "$out/core" "$ov_core")
 cat >"$out/env.sh" <<ENV
-# AVX2-only emulation (experiments/avx2_only). The patched OpenVINO core is preloaded: it is a
+# AVX2-only emulation (bench/tools/avx2_only). The patched OpenVINO core is preloaded: it is a
 # link-time dependency, which dlopen redirection cannot reach.
 export AVX2ONLY_MAP="$map"
 export LD_PRELOAD="$out/libavx2only.so ${core#*=}"
