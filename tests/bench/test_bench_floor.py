@@ -4,6 +4,7 @@ forward runs goes into the next one, together), readiness and its command line."
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import threading
@@ -116,7 +117,7 @@ async def test_get_answers_readiness_without_a_forward() -> None:
 
 
 def test_the_floor_is_a_bench_subcommand() -> None:
-    parser = bench_cli.argparse.ArgumentParser(prog="sift bench")
+    parser = argparse.ArgumentParser(prog="sift bench")
     bench_cli.add_arguments(parser)
     bench_cli.add_subcommands(parser)
     args = parser.parse_args(["floor", "--catalog", "models", "--model", "tiny", "--port", "8123"])
