@@ -1,7 +1,7 @@
 # The two commands of the README. Each sets everything up first (idempotent).
 .PHONY: setup serve test lint
 SHELL := bash
-LINT_PATHS := server sdk bench tests scripts experiments probes
+LINT_PATHS := server sdk bench tests scripts probes
 LINT := .venv/bin/ruff check $(LINT_PATHS) && .venv/bin/ruff format --check $(LINT_PATHS) && \
 	.venv/bin/mypy server/src sdk/src bench/src
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sift_bench.server_proc import ServerProcess, ServerSpec, default_cpus
+from sift_bench.arms.server import ServerProcess, ServerSpec, default_cpus
 from sift_server.config import DEFAULT_MODEL
 
 MINILM = DEFAULT_MODEL

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from sift_bench.reference.server import model_loaded, reference_launcher, serve_command
+from sift_bench.arms.reference.server import model_loaded, reference_launcher, serve_command
 from sift_server.processes import free_port, spawn, wait_ready
 from tests.adapters.parity.cases import CASES, FIXTURE, GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL, SCHEMA
 from tests.fixtures.tiny_models import build_tiny_gliner2, build_tiny_gliner_bi, build_tiny_nli

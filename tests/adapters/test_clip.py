@@ -1,6 +1,6 @@
 """The clip adapter (CLIP and SigLIP) served in process on the tiny models, against
 the reference server's answers recorded in tests/fixtures/image_parity.json
-(experiments/record_image_parity.py re-records them), and its image rules."""
+(scripts/record_image_parity.py re-records them), and its image rules."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sift_bench.archive import is_slim, load_results, slim, write_archive
 from sift_bench.cli import run
-from sift_bench.runner import finish
+from sift_bench.report.archive import is_slim, load_results, slim, write_archive
+from sift_bench.run.runner import finish
 from tests.bench.test_bench_report import make_results, make_run
 
 

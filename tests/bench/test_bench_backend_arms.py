@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sift_bench.arms import ArmError, backend_arm, is_backend_arm, policy_arm
+from sift_bench.arms.arm import ArmError, backend_arm, is_backend_arm, policy_arm
 from sift_server.cli import build_parser
 
 
@@ -39,7 +39,7 @@ def test_server_cpu_sampler_reads_a_process() -> None:
     import os
     import time
 
-    from sift_bench.server_cpu import CpuSampler, read_cpu_seconds
+    from sift_bench.arms.cpu import CpuSampler, read_cpu_seconds
 
     before = read_cpu_seconds(os.getpid())
     assert before is not None

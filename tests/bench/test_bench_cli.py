@@ -5,7 +5,7 @@ import os
 import pytest
 
 from sift_bench import cli as bench_cli
-from sift_bench.server_proc import parse_cpus, pin_prefix
+from sift_bench.arms.server import parse_cpus, pin_prefix
 from sift_server.cli import build_parser
 
 

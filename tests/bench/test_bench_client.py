@@ -8,14 +8,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from sift_bench.client import (
-    HttpxTransport,
-    SdkTransport,
-    decode_encode_response,
-    sdk_available,
-    validate_dense,
-)
-from sift_bench.request import RequestSpec
+from sift_bench.client.answer import decode_encode_response, validate_dense
+from sift_bench.client.transports import HttpxTransport, SdkTransport, sdk_available
+from sift_bench.workload.request import RequestSpec
 
 
 def nd(array: np.ndarray) -> dict[bytes, object]:
@@ -185,7 +180,7 @@ async def test_transport_runs_every_primitive_and_checks_one_result_per_text(kin
 
 
 def test_mixed_workload_spreads_lengths_up_to_the_models_limit() -> None:
-    from sift_bench.workload import make_mixed_texts
+    from sift_bench.workload.texts import make_mixed_texts
 
     texts = make_mixed_texts(400, seed=1)
     words = [len(t.split()) for t in texts]
@@ -196,7 +191,7 @@ def test_mixed_workload_spreads_lengths_up_to_the_models_limit() -> None:
 
 
 def test_sentences_workload_has_the_spread_without_passages() -> None:
-    from sift_bench.workload import texts_for
+    from sift_bench.workload.texts import texts_for
 
     words = [len(t.split()) for t in texts_for("sentences", 400, seed=1)]
     assert min(words) >= 5 and max(words) <= 40

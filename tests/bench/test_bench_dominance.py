@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sift_bench.dominance import verdict, verdicts
+from sift_bench.report.dominance import verdict, verdicts
 
 
 def figures(p50: float, p90: float, p99: float, mx: float, tput: float) -> dict[str, float]:
@@ -99,7 +99,7 @@ def test_verdicts_compare_every_arm_with_the_reference_on_closed_phases() -> Non
 
 
 def test_dominance_is_a_target_of_each_arm_against_the_reference() -> None:
-    from sift_bench.targets import evaluate
+    from sift_bench.report.targets import evaluate
 
     summary = {
         "adaptive": {"closed8": _phase([(0, 10, 20), (1, 10, 20)]) | {"throughput": {"geomean": 10.0}}},

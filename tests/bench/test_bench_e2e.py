@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sift_bench.arms import policy_arm
-from sift_bench.runner import run_bench
+from sift_bench.arms.arm import policy_arm
+from sift_bench.run.runner import run_bench
 from tests.bench.tiny_bench import tiny_bench
 
 

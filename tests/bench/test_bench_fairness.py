@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sift_bench.analysis import passed_over
-from sift_bench.targets import reachable_ceiling
+from sift_bench.report.analysis import passed_over
+from sift_bench.report.targets import reachable_ceiling
 
 
 def _phase(rows: list[tuple[float, float, int]]) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def test_reachable_ceiling_only_counts_batches_the_in_flight_items_can_form() ->
 def test_ceiling_batches_cover_every_text_of_the_workload() -> None:
     # The ceiling once timed eight batches per size: with one passage in twenty
     # texts, its figure moved with how many passages the sample happened to hold.
-    from sift_bench.ceiling import batches_covering
+    from sift_bench.run.ceiling import batches_covering
 
     texts = [f"t{i}" for i in range(10)]
     batches = batches_covering(texts, 4)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sift_bench.arms import ArmError, gateway_arm, is_gateway_arm, policy_arm
-from sift_bench.runner import run_bench
+from sift_bench.arms.arm import ArmError, gateway_arm, is_gateway_arm, policy_arm
+from sift_bench.run.runner import run_bench
 from sift_server.cli import build_parser
 from tests.bench.tiny_bench import tiny_bench
 

@@ -1,4 +1,4 @@
-"""sift_bench.heads: the catalog entries the bench serves its test heads from,
+"""sift_bench.workload.heads: the catalog entries the bench serves its test heads from,
 and the build-once cache (the builders themselves are swapped for cheap fakes:
 the real ones load all-MiniLM-L6-v2)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sift_bench import heads
+from sift_bench.workload import heads
 from sift_server.adapters._extract_common import catalog_threshold
 from sift_server.registry.catalog import load_spec, resolve_local_path
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sift_bench.join import BurstPattern, burst_pattern, index_trace, join_requests
+from sift_bench.run.join import BurstPattern, burst_pattern, index_trace, join_requests
 from sift_server.engine.trace import ForwardRecord
 
 

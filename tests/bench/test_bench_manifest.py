@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sift_bench import arms
-from sift_bench.arms import (
+from sift_bench.arms import arm as arms
+from sift_bench.arms.arm import (
     ArmError,
     archive_commit,
     build_manifest,
@@ -158,7 +158,7 @@ def test_the_revision_shadows_the_installed_server(repo: Path, tmp_path: Path) -
 
 
 def test_a_revision_runs_once_per_backend_from_one_folder(repo: Path, tmp_path: Path) -> None:
-    from sift_bench.arms import rev_backend_arms
+    from sift_bench.arms.arm import rev_backend_arms
 
     arm = prepare_rev_arm(repo, "main", "adaptive", tmp_path / "revs")
     torch_arm, auto_arm = rev_backend_arms(arm, ["torch", "auto:fp32", "torch"])

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from sift_bench.ordering import balanced_orders, trial_orders, williams_design
+from sift_bench.run.ordering import balanced_orders, trial_orders, williams_design
 
 
 def test_three_arms_follow_the_published_order() -> None:

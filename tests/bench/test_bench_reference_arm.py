@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sift_bench.arms import ArmError, policy_arm, reference_arm
-from sift_bench.reference.backport import BackportError, backport_source
-from sift_bench.reference.models import ReferenceModelError, reference_config
-from sift_bench.reference.setup import requirements
-from sift_bench.runner import run_bench
+from sift_bench.arms.arm import ArmError, policy_arm, reference_arm
+from sift_bench.arms.reference.backport import BackportError, backport_source
+from sift_bench.arms.reference.models import ReferenceModelError, reference_config
+from sift_bench.arms.reference.setup import requirements
+from sift_bench.run.runner import run_bench
 from sift_server.cli import build_parser
 from tests.bench.tiny_bench import tiny_bench
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
@@ -144,6 +144,6 @@ def test_unknown_arm_names_are_refused() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--arm", "referee"])
     with pytest.raises(ArmError):
-        from sift_bench.arms import backend_arm
+        from sift_bench.arms.arm import backend_arm
 
         backend_arm("reference")

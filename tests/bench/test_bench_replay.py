@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from sift_bench.analysis import analyze
-from sift_bench.replay import ReplaySetup, build_forward, combine, describe, replay_env, replay_phase, server_cut
-from sift_bench.replay_analysis import replay_figures
-from sift_bench.replay_plan import ReplayForward, cap, phase_forwards, plan_phase
-from sift_bench.report import markdown, summary_rows
-from sift_bench.stats import geometric_ratio
-from sift_bench.targets import evaluate
+from sift_bench.report.analysis import analyze
+from sift_bench.report.markdown import markdown, summary_rows
+from sift_bench.report.replay_analysis import replay_figures
+from sift_bench.report.stats import geometric_ratio
+from sift_bench.report.targets import evaluate
+from sift_bench.run.replay import ReplaySetup, build_forward, combine, describe, replay_env, replay_phase, server_cut
+from sift_bench.run.replay_plan import ReplayForward, cap, phase_forwards, plan_phase
 from sift_server.adapters.base import EncodeTask, Part, Prepared
 from sift_server.engine.trace import ForwardRecord
 from tests.bench.test_bench_report import make_results, make_run

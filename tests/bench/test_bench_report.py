@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from sift_bench.analysis import analyze, find_ratio, run_phase_stats
-from sift_bench.join import join_requests
-from sift_bench.phases import PhasePlan, PhaseResult, RequestRecord
-from sift_bench.report import console_summary, md_table, text_table
-from sift_bench.runner import SCHEMA, finish, phase_to_dict
-from sift_bench.targets import evaluate, needed_one_forward
+from sift_bench.report.analysis import analyze, find_ratio, run_phase_stats
+from sift_bench.report.markdown import console_summary
+from sift_bench.report.tables import md_table, text_table
+from sift_bench.report.targets import evaluate, needed_one_forward
+from sift_bench.run.join import join_requests
+from sift_bench.run.phases import PhasePlan, PhaseResult, RequestRecord
+from sift_bench.run.runner import SCHEMA, finish, phase_to_dict
 from sift_server.engine.trace import ForwardRecord
 
 PHASES = ["sequential", "burst8", "closed8"]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sift_bench.stats import (
+from sift_bench.report.stats import (
     geometric_mean,
     geometric_ratio,
     median,

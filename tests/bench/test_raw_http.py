@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sift_bench.raw_http import RawConnection
+from sift_bench.client.raw_http import RawConnection
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

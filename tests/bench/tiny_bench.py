@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sift_bench.arms import Arm
-from sift_bench.client import ClientKind
-from sift_bench.phases import PhasePlan
-from sift_bench.runner import BenchConfig
+from sift_bench.arms.arm import Arm
+from sift_bench.client.answer import ClientKind
+from sift_bench.run.config import BenchConfig
+from sift_bench.run.phases import PhasePlan
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 
 

@@ -1,6 +1,6 @@
 """Run by a Python that has the released ``sie-sdk`` (not by pytest): image encode
 cases through ``SIEClient.encode``, black-box, against one server URL (Sift, or
-the reference server when ``experiments/record_image_parity.py`` records).
+the reference server when ``scripts/record_image_parity.py`` records).
 
 ``python image_driver.py URL [API_KEY] < CASES_JSON`` prints one JSON object: per
 case, the SDK's dense vectors (or the error it raised), and the raw answer's status,

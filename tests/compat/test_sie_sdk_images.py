@@ -2,7 +2,7 @@
 encode on the tiny CLIP and SigLIP models, through ``sift serve`` and through a
 gateway with a worker (tests/compat/conftest.py, with an API key), answer as the
 reference server answered the same SDK calls (tests/fixtures/image_parity.json,
-recorded by experiments/record_image_parity.py)."""
+recorded by scripts/record_image_parity.py)."""
 
 from __future__ import annotations
 

@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from sift_bench.simulate.engine_sim import EngineSim, SimResult, simulate
+from sift_bench.simulate.forward_model import CPU_LIKE, GPU_LIKE, LinearForward
 from sift_bench.simulate.metrics import summarize
 from sift_bench.simulate.report import verdicts
 from sift_bench.simulate.runner import Matrix, make_arm, run_matrix
+from sift_bench.simulate.scenarios import Family, TraceConfig, default_families
+from sift_bench.simulate.traces import Arrival, IngressQueue, Kind
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.policy import AdaptivePolicy, ImmediatePolicy
-from sift_server.simulator.engine_sim import EngineSim, SimResult, simulate
-from sift_server.simulator.forward_model import CPU_LIKE, GPU_LIKE, LinearForward
-from sift_server.simulator.scenarios import Family, TraceConfig, default_families
-from sift_server.simulator.traces import Arrival, IngressQueue, Kind
 
 
 def family(forward: LinearForward, name: str) -> Family:

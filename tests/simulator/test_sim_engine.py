@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from sift_bench.simulate.engine_sim import EngineSim, SimResult, SimulationError, simulate
+from sift_bench.simulate.forward_model import GPU_LIKE, LinearForward
 from sift_bench.simulate.metrics import summarize
+from sift_bench.simulate.traces import bursts, replay, sequential
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.policy import (
     AdaptivePolicy,
@@ -19,9 +22,6 @@ from sift_server.engine.policy import (
     TimedPolicy,
     WaitUntil,
 )
-from sift_server.simulator.engine_sim import EngineSim, SimResult, SimulationError, simulate
-from sift_server.simulator.forward_model import GPU_LIKE, LinearForward
-from sift_server.simulator.traces import bursts, replay, sequential
 
 ING = 0.00015
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from sift_server.simulator.forward_model import (
+from sift_bench.simulate.forward_model import (
     CPU_LIKE,
     GPU_LIKE,
     LinearForward,

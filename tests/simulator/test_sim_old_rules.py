@@ -1,5 +1,5 @@
+from sift_bench.simulate.old_rules import CostOrderQueue
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
-from sift_server.simulator.old_rules import CostOrderQueue
 
 
 def forwards_until_long_runs(queue: BatchQueue) -> int:

@@ -1,10 +1,10 @@
 """Regressions found with the simulator: a lone request after a finished one
 is never held as if it were part of a burst."""
 
+from sift_bench.simulate.engine_sim import simulate
+from sift_bench.simulate.forward_model import CPU_LIKE
+from sift_bench.simulate.traces import replay, sequential
 from sift_server.engine.policy import AdaptivePolicy
-from sift_server.simulator.engine_sim import simulate
-from sift_server.simulator.forward_model import CPU_LIKE
-from sift_server.simulator.traces import replay, sequential
 
 
 def test_tight_loop_sequential_client_is_never_held() -> None:

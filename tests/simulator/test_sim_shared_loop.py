@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from sift_bench.simulate.engine_sim import EngineSim
+from sift_bench.simulate.forward_model import LinearForward
+from sift_bench.simulate.shared_loop import SharedLoop
+from sift_bench.simulate.traces import replay
 from sift_server.engine.policy import AdaptivePolicy
 from sift_server.engine.scheduler import SchedulerConfig
-from sift_server.simulator.engine_sim import EngineSim
-from sift_server.simulator.forward_model import LinearForward
-from sift_server.simulator.shared_loop import SharedLoop
-from sift_server.simulator.traces import replay
 
 MS = 0.001
 

@@ -3,12 +3,12 @@ split returning waves into alternating halves; the scheduler's rules do not."""
 
 from __future__ import annotations
 
+from sift_bench.simulate.forward_model import CPU_GLICLASS, CPU_LIKE, CPU_TEXT, GPU_LIKE, ForwardPreset
 from sift_bench.simulate.metrics import Summary
 from sift_bench.simulate.report import MAIN_FIGURE, dominates
 from sift_bench.simulate.runner import Matrix, make_arm, run_matrix
+from sift_bench.simulate.scenarios import TraceConfig
 from sift_server.engine.batch_queue import Caps
-from sift_server.simulator.forward_model import CPU_GLICLASS, CPU_LIKE, CPU_TEXT, GPU_LIKE, ForwardPreset
-from sift_server.simulator.scenarios import TraceConfig
 
 TRACES = TraceConfig(closed_per_client=40)
 

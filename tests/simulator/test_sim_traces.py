@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from sift_server.simulator.traces import (
+from sift_bench.simulate.traces import (
     DEFAULT_INGRESS,
     Arrival,
     IngressQueue,
@@ -84,9 +84,9 @@ def test_replay_admissions() -> None:
 
 
 def test_poisson_load_is_relative_to_the_slower_of_forward_and_ingress() -> None:
+    from sift_bench.simulate.forward_model import GPU_LIKE, LinearForward
+    from sift_bench.simulate.scenarios import system_capacity
     from sift_server.engine.batch_queue import Caps
-    from sift_server.simulator.forward_model import GPU_LIKE, LinearForward
-    from sift_server.simulator.scenarios import system_capacity
 
     assert system_capacity(GPU_LIKE, Caps(), 0.00015) == GPU_LIKE.capacity(64)
     fast = LinearForward(a=0.0012, b=0.00003)

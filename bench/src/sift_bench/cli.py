@@ -12,16 +12,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sift_bench.arms import REFERENCE_ARM, REFERENCE_RELEASE
-from sift_bench.heads import HEADS
-from sift_bench.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
-from sift_bench.server_proc import default_cpus
-from sift_bench.workload import WORKLOADS
+from sift_bench.arms.arm import REFERENCE_ARM, REFERENCE_RELEASE
+from sift_bench.arms.server import default_cpus
+from sift_bench.workload.heads import HEADS
+from sift_bench.workload.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
+from sift_bench.workload.texts import WORKLOADS
 from sift_server.config import DEFAULT_MODEL
 from sift_server.engine.policy import POLICIES
 
 if TYPE_CHECKING:
-    from sift_bench.arms import Arm
+    from sift_bench.arms.arm import Arm
 
 # Test heads are built once per machine (tens of seconds) and reused.
 HEADS_CACHE = Path.home() / ".cache" / "sift" / "bench-heads"
@@ -46,7 +46,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _arm(text: str) -> str:
-    from sift_bench.arms import is_backend_arm, is_gateway_arm
+    from sift_bench.arms.arm import is_backend_arm, is_gateway_arm
 
     if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text) or text == REFERENCE_ARM:
         return text
@@ -56,7 +56,7 @@ def _arm(text: str) -> str:
 
 
 def _make_arm(name: str) -> Arm:
-    from sift_bench.arms import backend_arm, gateway_arm, is_gateway_arm, policy_arm, reference_arm
+    from sift_bench.arms.arm import backend_arm, gateway_arm, is_gateway_arm, policy_arm, reference_arm
 
     if name in POLICIES:
         return policy_arm(name)
@@ -145,8 +145,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _reference_setup(args: argparse.Namespace) -> int:
-    from sift_bench.reference.server import reference_venv
-    from sift_bench.reference.setup import SetupError, setup_reference
+    from sift_bench.arms.reference.server import reference_venv
+    from sift_bench.arms.reference.setup import SetupError, setup_reference
 
     target = args.venv or reference_venv()
     try:
@@ -160,8 +160,12 @@ def _reference_setup(args: argparse.Namespace) -> int:
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
     """``sift bench SUBCOMMAND``: tools beside the bench itself (no subcommand: run the bench)."""
     from sift_bench.cluster.cli import add_cluster
+    from sift_bench.report.distribution import add_distribution
+    from sift_bench.tools.floor import add_floor
 
-    commands = parser.add_subparsers(dest="bench_command", metavar="{reference-setup,archive,cluster}")
+    commands = parser.add_subparsers(
+        dest="bench_command", metavar="{reference-setup,archive,distribution,cluster,floor}"
+    )
     setup = commands.add_parser(
         "reference-setup",
         help=f"create the reference arm's environment ({REFERENCE_RELEASE}, CPU PyTorch)",
@@ -182,7 +186,9 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     archive.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="results.json or results.json.gz")
     archive.add_argument("--remove", action="store_true", help="remove each source file afterwards")
     archive.set_defaults(handler=_archive)
+    add_distribution(commands)
     add_cluster(commands)
+    add_floor(commands)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -195,9 +201,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _rebuild(path: Path, make_plots: bool) -> int:
-    from sift_bench.archive import is_slim, load_results
-    from sift_bench.report import console_summary, markdown
-    from sift_bench.runner import finish
+    from sift_bench.report.archive import is_slim, load_results
+    from sift_bench.report.markdown import console_summary, markdown
+    from sift_bench.run.runner import finish
 
     results = load_results(path)
     if is_slim(results):
@@ -211,7 +217,7 @@ def _rebuild(path: Path, make_plots: bool) -> int:
 
 
 def _archive(args: argparse.Namespace) -> int:
-    from sift_bench.archive import load_results, write_archive
+    from sift_bench.report.archive import load_results, write_archive
 
     for path in args.results:
         name = path.name.removesuffix(".gz").removesuffix(".json")
@@ -224,17 +230,18 @@ def _archive(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sift_bench.arms import (
+    from sift_bench.arms.arm import (
         ArmError,
         check_rev_imports,
         prepare_rev_arm,
         repo_root,
         rev_backend_arms,
     )
-    from sift_bench.client import sdk_available
-    from sift_bench.phases import PhasePlan
-    from sift_bench.report import console_summary
-    from sift_bench.runner import BenchConfig, run_bench
+    from sift_bench.client.transports import sdk_available
+    from sift_bench.report.markdown import console_summary
+    from sift_bench.run.config import BenchConfig
+    from sift_bench.run.phases import PhasePlan
+    from sift_bench.run.runner import run_bench
 
     if args.report is not None:
         return _rebuild(args.report, not args.no_plots)
@@ -263,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
     if args.labels:
         request = replace(request, labels=tuple(label.strip() for label in args.labels.split(",") if label.strip()))
     if args.head:
-        from sift_bench import heads
+        from sift_bench.workload import heads
 
         print(f"sift bench: building the {args.head} test head (once; cached under {HEADS_CACHE})", file=sys.stderr)
         model, head_catalog, labels = heads.build(args.head, HEADS_CACHE)

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from sift_bench.client.raw_http import RawConnection
 from sift_bench.cluster.common import (
     DEFAULT_MODEL,
     Setup,
@@ -24,7 +25,6 @@ from sift_bench.cluster.common import (
     keep_alive,
     wait_ready,
 )
-from sift_bench.raw_http import RawConnection
 
 
 async def bursts(

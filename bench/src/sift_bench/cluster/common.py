@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from sift_bench.client.raw_http import RawResponse
 from sift_bench.cluster.sleeper import write_sleeper_entry
-from sift_bench.raw_http import RawResponse
 from sift_server.processes import SiftProcess, free_port, spawn, start_nats, wait_port
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from sift_bench.client.raw_http import RawConnection
 from sift_bench.cluster.common import (
     DEFAULT_MODEL,
     LAUNCHER,
@@ -30,7 +31,6 @@ from sift_bench.cluster.common import (
     sleeper_catalog,
     wait_ready,
 )
-from sift_bench.raw_http import RawConnection
 from sift_server.cluster.hops import STAGES, STAMPS, STAMPS_ENV, parse_stamps
 from sift_server.processes import free_port, spawn, start_nats
 from sift_server.server import run_event_loop  # as the gateway (uvicorn) and the worker run

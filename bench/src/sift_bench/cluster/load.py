@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from sift_bench.client.raw_http import RawConnection
 from sift_bench.cluster.common import (
     Setup,
     cpu_by_process,
@@ -27,7 +28,6 @@ from sift_bench.cluster.common import (
     sleeper_catalog,
     wait_ready,
 )
-from sift_bench.raw_http import RawConnection
 
 
 async def closed_loop(
@@ -190,7 +190,7 @@ def cmd_scale_model(args: argparse.Namespace) -> dict[str, Any]:
     """The real default model: one worker, then one per core (worker i pinned to
     CPU i), the same closed loop through one gateway; the gateway, nats-server
     and this client are unpinned. Does a second core's worker add throughput?"""
-    from sift_bench.workload import texts_for
+    from sift_bench.workload.texts import texts_for
 
     model = "sentence-transformers/all-MiniLM-L6-v2"
     texts = texts_for(args.workload)

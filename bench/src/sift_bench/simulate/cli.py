@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from sift_bench.simulate.forward_model import PRESETS, ForwardPreset, load_fitted
 from sift_bench.simulate.report import (
     summary_table,
     verdict_table,
@@ -16,9 +17,8 @@ from sift_bench.simulate.report import (
     write_json,
 )
 from sift_bench.simulate.runner import ARMS, Matrix, make_arm, run_matrix
+from sift_bench.simulate.scenarios import TraceConfig, system_capacity
 from sift_server.engine.batch_queue import Caps
-from sift_server.simulator.forward_model import PRESETS, ForwardPreset, load_fitted
-from sift_server.simulator.scenarios import TraceConfig, system_capacity
 
 HELP = "replay arrival traces through the batching policies on a virtual clock"
 

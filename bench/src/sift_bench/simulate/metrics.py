@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sift_bench.stats import percentile  # one nearest-rank definition for bench and simulator
+from sift_bench.report.stats import percentile  # one nearest-rank definition for bench and simulator
+from sift_bench.simulate.engine_sim import SimResult
 from sift_server.engine.policy import REASONS
-from sift_server.simulator.engine_sim import SimResult
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from sift_bench.simulate.engine_sim import EngineSim, PendingTime, SimPolicy
+from sift_bench.simulate.forward_model import ForwardPreset
 from sift_bench.simulate.metrics import Summary, summarize
+from sift_bench.simulate.scenarios import Family, TraceConfig, default_families
 from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.engine.scheduler import SchedulerConfig
-from sift_server.simulator.engine_sim import EngineSim, PendingTime, SimPolicy
-from sift_server.simulator.forward_model import ForwardPreset
-from sift_server.simulator.scenarios import Family, TraceConfig, default_families
 
 OLD_RULES = "adaptive-old"
 # The reference server's timed window: whole waves (no load caps), one forward each.
@@ -32,7 +32,7 @@ SPLIT_WAVES = "adaptive-split"
 # before they scaled with the forward: a wave read over a longer span is cut.
 FIXED_HOLD = "adaptive-10ms"
 if TYPE_CHECKING:  # an older revision's sift_server (a --rev arm's) has no shared_loop: import it where used
-    from sift_server.simulator.shared_loop import SharedLoop
+    from sift_bench.simulate.shared_loop import SharedLoop
 
 ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD)
 
@@ -56,7 +56,7 @@ def make_arm(name: str, **policy_options: float) -> Arm:
         # Imported here: registering ``sift simulate`` must not need this tree's
         # simulator, or an older revision's ``sift serve`` (a ``--rev`` arm, which
         # loads the installed commands) cannot start.
-        from sift_server.simulator.old_rules import CostOrderQueue
+        from sift_bench.simulate.old_rules import CostOrderQueue
 
         return Arm(name, lambda: make_policy("adaptive", **policy_options), queue=CostOrderQueue, wave_hold=False)
     if name == WHOLE_TIMED:
@@ -103,7 +103,7 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
 def shared_loop(forward: ForwardPreset) -> SharedLoop | None:
     """A fresh loop for one run where the preset's server reads requests on the forward's core."""
     read, write = getattr(forward, "loop_read", 0.0), getattr(forward, "loop_write", 0.0)
-    from sift_server.simulator.shared_loop import SharedLoop
+    from sift_bench.simulate.shared_loop import SharedLoop
 
     return SharedLoop(read, write) if read or write else None
 

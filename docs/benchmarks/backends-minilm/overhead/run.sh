@@ -1,5 +1,7 @@
 #!/bin/bash
 # usage: run.sh TAG [pyspy]   (env: BACKEND, MODEL, CATALOG, WT)
+# The experiments/ scripts it runs (raw_closed_loop.py, thread_cpu.py) are kept at commit 462a0e4:
+# set WT to a checkout of that commit (`git worktree add DIR 462a0e4`), the tree they were written for.
 WT=${WT:-/work/wt/backends-b}
 MODEL=${MODEL:-tiny/embedder}
 CATALOG=${CATALOG:-/tmp/bkb/tiny/catalog}

@@ -3,7 +3,7 @@
 Plain synchronous code over explicit state and the times the caller passes in,
 in the spirit of vLLM v1's scheduler: it returns data and never waits. Two
 shells drive the very same object: the worker (``engine/worker.py``: asyncio,
-the executor thread, futures) and the simulator (``simulator/engine_sim.py``:
+the executor thread, futures) and the simulator (``sift_bench.simulate.engine_sim``:
 a virtual clock). So what the simulator shows is what the server does.
 
 It owns, and nothing else changes:

@@ -1,0 +1,143 @@
+"""The trace families a default simulation runs, per forward model."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from sift_bench.simulate.forward_model import ForwardPreset, PaddedForward
+from sift_bench.simulate.traces import (
+    DEFAULT_INGRESS,
+    Client,
+    Kind,
+    Lengths,
+    bursts,
+    closed_loop,
+    poisson,
+    sequential,
+)
+from sift_server.engine.batch_queue import Caps
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    kind: Kind
+    make: Callable[[], Client]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig:
+    seed: int = 0
+    ingress: float = DEFAULT_INGRESS
+    sequential_n: int = 200
+    think_times: tuple[float, ...] = (0.001, 0.0002)
+    burst_sizes: tuple[int, ...] = (8, 32)
+    jitters: tuple[float, ...] = (0.0, 0.001, 0.002, 0.003)
+    burst_count: int = 40
+    burst_warmup: int = 1
+    idle_gap: float = 0.050
+    loads: tuple[float, ...] = (0.3, 0.6, 0.9)
+    poisson_duration: float = 2.0
+    poisson_warmup: float = 0.1
+    # Closed loops of callers sending user-like mixed-length texts.
+    closed_clients: tuple[int, ...] = (8, 32)
+    closed_per_client: int = 60
+    closed_turnaround: float = 0.002
+    # A slow client (one core handling answers one by one, as an SDK in
+    # Python does): its seconds per answer, for the closed loops on sentences.
+    closed_client_cost: float = 0.0015
+
+
+def family_seed(seed: int, name: str) -> int:
+    """A stable per-family seed, so families do not share jitter sequences."""
+    return zlib.crc32(f"{seed}:{name}".encode())
+
+
+def system_capacity(forward: ForwardPreset, caps: Caps, ingress: float) -> float:
+    """Requests/s the model sustains: the forward at the request cap, or the
+    single ingress server if that is the slower of the two."""
+    capacity = forward.capacity(caps.max_requests)
+    return min(capacity, 1.0 / ingress) if ingress > 0 else capacity
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:g}ms"
+
+
+def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) -> list[Family]:
+    families: list[Family] = []
+
+    def add(name: str, kind: Kind, make: Callable[[], Client]) -> None:
+        def named() -> Client:
+            client = make()
+            client.family = name
+            return client
+
+        families.append(Family(name, kind, named))
+
+    for think in config.think_times:
+        add(
+            f"seq-think{_ms(think)}",
+            "sequential",
+            partial(sequential, config.sequential_n, think, ingress=config.ingress),
+        )
+    for size in config.burst_sizes:
+        for jitter in config.jitters:
+            name = f"bursts{size}-jit{_ms(jitter)}"
+            add(
+                name,
+                "bursts",
+                partial(
+                    bursts,
+                    size,
+                    config.burst_count + config.burst_warmup,
+                    jitter,
+                    config.idle_gap,
+                    family_seed(config.seed, name),
+                    ingress=config.ingress,
+                    warmup=config.burst_warmup,
+                ),
+            )
+    capacity = system_capacity(forward, caps, config.ingress)
+    for load in config.loads:
+        name = f"poisson-{round(load * 100)}%"
+        add(
+            name,
+            "poisson",
+            partial(
+                poisson,
+                load * capacity,
+                config.poisson_duration,
+                family_seed(config.seed, name),
+                ingress=config.ingress,
+                warmup=config.poisson_warmup,
+            ),
+        )
+    # Varied lengths only where the forward model prices them (padding).
+    lengths: tuple[Lengths, ...] = ("sentences", "mixed") if isinstance(forward, PaddedForward) else ("fixed",)
+    variants: list[tuple[Lengths, float]] = [(text, 0.0) for text in lengths]
+    if "sentences" in lengths and config.closed_client_cost > 0:
+        variants.append(("sentences", config.closed_client_cost))
+    for text, client_cost in variants:
+        for clients in config.closed_clients:
+            name = f"closed{clients}" if text == "fixed" else f"closed{clients}-{text}"
+            if client_cost:
+                name += "-slowclient"
+            add(
+                name,
+                "closed",
+                partial(
+                    closed_loop,
+                    clients,
+                    config.closed_per_client,
+                    config.closed_turnaround,
+                    family_seed(config.seed, name),
+                    ingress=config.ingress,
+                    lengths=text,
+                    client_cost=client_cost,
+                ),
+            )
+    return families
