@@ -14,8 +14,8 @@ import pytest
 
 from sift_server.adapters.base import LoadContext
 from sift_server.adapters.cross_encoder import CrossEncoderAdapter
-from sift_server.adapters.gliclass_classifier import GliClassAdapter
-from sift_server.adapters.gliner_extractor import GlinerAdapter
+from sift_server.adapters.gliclass.adapter import GliClassAdapter
+from sift_server.adapters.gliner.adapter import GlinerAdapter
 from tests.fixtures.tiny_models import build_tiny_cross_encoder, build_tiny_gliclass, build_tiny_gliner
 
 if TYPE_CHECKING:

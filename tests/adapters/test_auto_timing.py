@@ -18,16 +18,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sift_server.adapters import backends
+from sift_server.adapters.backends import agreement, report, timing
 from sift_server.adapters.backends import choice as choosing
 from sift_server.adapters.backends import request as vocabulary
 from sift_server.adapters.backends import store as stores
+from sift_server.adapters.backends.request import REFERENCE, Choice
+from sift_server.adapters.backends.seam import Graph, Runner
 
-TORCH = backends.REFERENCE
-ONNX = backends.Choice("onnx", "fp32")
-OV_FP32 = backends.Choice("openvino", "fp32")
-OV_BF16 = backends.Choice("openvino", "bf16")
-TORCH_BF16 = backends.Choice("torch", "bf16")
+TORCH = REFERENCE
+ONNX = Choice("onnx", "fp32")
+OV_FP32 = Choice("openvino", "fp32")
+OV_BF16 = Choice("openvino", "bf16")
+TORCH_BF16 = Choice("torch", "bf16")
 
 # Seconds per probe-set forward, free of interference: openvino/bf16 is the fastest.
 COSTS = {TORCH: 0.030, ONNX: 0.020, OV_FP32: 0.015, OV_BF16: 0.010, TORCH_BF16: 0.025}
@@ -61,8 +63,8 @@ class FakeClock:
         self.now += cost * factor
 
 
-class ScriptedRunner(backends.Runner):
-    def __init__(self, choice: backends.Choice, clock: FakeClock, costs: Mapping[backends.Choice, float]) -> None:
+class ScriptedRunner(Runner):
+    def __init__(self, choice: Choice, clock: FakeClock, costs: Mapping[Choice, float]) -> None:
         self.choice = choice
         self.effective_precision = choice.precision
         self.clock = clock
@@ -79,7 +81,7 @@ class ScriptedRunner(backends.Runner):
         self.closed = True
 
 
-class StubGraph(backends.Graph):
+class StubGraph(Graph):
     kind = "stub"
     inputs = ("input_ids",)
     output = "out"
@@ -91,7 +93,7 @@ class StubGraph(backends.Graph):
 @dataclass
 class Harness:
     graph: StubGraph
-    request: backends.BackendRequest
+    request: vocabulary.BackendRequest
     opened: list[ScriptedRunner]
 
 
@@ -102,12 +104,14 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     (folder / "model.safetensors").write_bytes(b"weights")
     opened: list[ScriptedRunner] = []
     monkeypatch.setattr(vocabulary, "available", lambda choice: True)
-    harness = Harness(StubGraph(folder), backends.BackendRequest(backend="auto", cache_dir=tmp_path / "cache"), opened)
+    harness = Harness(
+        StubGraph(folder), vocabulary.BackendRequest(backend="auto", cache_dir=tmp_path / "cache"), opened
+    )
     return harness
 
 
 def script(monkeypatch: pytest.MonkeyPatch, harness: Harness, clock: FakeClock, costs: Mapping[Any, float]) -> None:
-    def open_runner(graph: Any, choice: backends.Choice, request: Any, store: Any) -> backends.Runner:
+    def open_runner(graph: Any, choice: Choice, request: Any, store: Any) -> Runner:
         runner = ScriptedRunner(choice, clock, costs)
         harness.opened.append(runner)
         return runner
@@ -115,13 +119,13 @@ def script(monkeypatch: pytest.MonkeyPatch, harness: Harness, clock: FakeClock, 
     monkeypatch.setattr(stores, "open_runner", open_runner)
 
 
-def evaluate(runner: backends.Runner) -> np.ndarray:
+def evaluate(runner: Runner) -> np.ndarray:
     return runner({})
 
 
-def choose(harness: Harness, clock: FakeClock) -> tuple[backends.Runner, dict[str, Any]]:
-    return backends.choose(
-        harness.graph, harness.request, evaluate, backends.cosine_agreement(0.9999), 0.9999, clock=clock
+def choose(harness: Harness, clock: FakeClock) -> tuple[Runner, dict[str, Any]]:
+    return choosing.choose(
+        harness.graph, harness.request, evaluate, agreement.cosine_agreement(0.9999), 0.9999, clock=clock
     )
 
 
@@ -148,10 +152,10 @@ def test_without_interference_the_medians_are_the_costs(harness: Harness, monkey
     measured = runtime["measured"]
     for choice in (TORCH, ONNX, OV_FP32, OV_BF16):
         assert measured[str(choice)]["seconds"] == pytest.approx(COSTS[choice])
-        assert measured[str(choice)]["samples"] == pytest.approx([COSTS[choice]] * backends.TIMING_ROUNDS)
+        assert measured[str(choice)]["samples"] == pytest.approx([COSTS[choice]] * timing.TIMING_ROUNDS)
     assert measured[str(TORCH_BF16)]["passed"] is False
     assert "seconds" not in measured[str(TORCH_BF16)]  # missed the tolerance: never timed
-    assert runtime["timing"]["rounds"] == backends.TIMING_ROUNDS
+    assert runtime["timing"]["rounds"] == timing.TIMING_ROUNDS
     assert runtime["timing"]["statistic"] == "median"
     assert runtime["timing"]["fastest"] == str(OV_BF16)
     # Every runner but the chosen one was closed.
@@ -163,26 +167,26 @@ def test_rounds_interleave_the_passing_candidates_in_rotated_order(
 ) -> None:
     clock = FakeClock()
     script(monkeypatch, harness, clock, COSTS)
-    calls: list[backends.Choice] = []
+    calls: list[Choice] = []
 
-    def recording(runner: backends.Runner) -> np.ndarray:
+    def recording(runner: Runner) -> np.ndarray:
         calls.append(runner.choice)
         return runner({})
 
-    backends.choose(harness.graph, harness.request, recording, backends.cosine_agreement(0.9999), 0.9999, clock=clock)
+    choosing.choose(harness.graph, harness.request, recording, agreement.cosine_agreement(0.9999), 0.9999, clock=clock)
     checks, timed = calls[:5], calls[5:]  # one agreement forward per candidate, then the rounds
     assert checks == [TORCH, ONNX, OV_FP32, OV_BF16, TORCH_BF16]
     passing = [TORCH, ONNX, OV_FP32, OV_BF16]
     rounds = [timed[i : i + len(passing)] for i in range(0, len(timed), len(passing))]
-    assert rounds == [backends.timing_order(passing, r) for r in range(backends.TIMING_ROUNDS)]
+    assert rounds == [timing.timing_order(passing, r) for r in range(timing.TIMING_ROUNDS)]
     assert [r[0] for r in rounds] == [TORCH, ONNX, OV_FP32, OV_BF16, TORCH]
 
 
 def test_timing_order_rotates() -> None:
-    assert backends.timing_order(["a", "b", "c"], 0) == ["a", "b", "c"]
-    assert backends.timing_order(["a", "b", "c"], 1) == ["b", "c", "a"]
-    assert backends.timing_order(["a", "b", "c"], 4) == ["b", "c", "a"]
-    assert backends.timing_order([], 3) == []
+    assert timing.timing_order(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert timing.timing_order(["a", "b", "c"], 1) == ["b", "c", "a"]
+    assert timing.timing_order(["a", "b", "c"], 4) == ["b", "c", "a"]
+    assert timing.timing_order([], 3) == []
 
 
 PREFERENCE = [TORCH, ONNX, OV_FP32, OV_BF16]
@@ -190,7 +194,7 @@ PREFERENCE = [TORCH, ONNX, OV_FP32, OV_BF16]
 
 def test_pick_uses_the_median_so_two_disturbed_samples_do_not_decide() -> None:
     samples = {ONNX: [0.020, 0.021, 0.020, 0.019, 0.020], OV_BF16: [0.010, 0.090, 0.011, 0.080, 0.010]}
-    verdict = backends.pick(samples, PREFERENCE, 0.05)
+    verdict = timing.pick(samples, PREFERENCE, 0.05)
     assert verdict.choice == OV_BF16
     assert verdict.medians[OV_BF16] == pytest.approx(0.011)
 
@@ -199,26 +203,26 @@ def test_pick_prefers_the_earlier_candidate_within_the_margin() -> None:
     # 3 % apart: as fast as a few rounds can tell, so the preferred (fp32) one, whichever
     # happened to measure faster this time.
     for fp32, bf16 in ((0.0103, 0.0100), (0.0100, 0.0103)):
-        verdict = backends.pick({OV_FP32: [fp32] * 5, OV_BF16: [bf16] * 5}, PREFERENCE, 0.05)
+        verdict = timing.pick({OV_FP32: [fp32] * 5, OV_BF16: [bf16] * 5}, PREFERENCE, 0.05)
         assert verdict.choice == OV_FP32
     # 20 % apart: the faster one.
-    verdict = backends.pick({OV_FP32: [0.012] * 5, OV_BF16: [0.010] * 5}, PREFERENCE, 0.05)
+    verdict = timing.pick({OV_FP32: [0.012] * 5, OV_BF16: [0.010] * 5}, PREFERENCE, 0.05)
     assert (verdict.choice, verdict.fastest) == (OV_BF16, OV_BF16)
 
 
 def test_pick_measures_the_margin_from_the_fastest() -> None:
     # torch is within 5 % of onnx but not of the fastest: the margin never chains.
     samples = {TORCH: [0.0106] * 5, ONNX: [0.0102] * 5, OV_BF16: [0.0100] * 5}
-    verdict = backends.pick(samples, PREFERENCE, 0.05)
+    verdict = timing.pick(samples, PREFERENCE, 0.05)
     assert (verdict.choice, verdict.fastest) == (ONNX, OV_BF16)
 
 
 def test_pick_depends_only_on_the_samples() -> None:
     samples = {TORCH: [0.03, 0.031, 0.029], ONNX: [0.02, 0.05, 0.021], OV_FP32: [0.0205, 0.0206, 0.0204]}
     reordered = dict(reversed(list(samples.items())))
-    assert backends.pick(samples, PREFERENCE, 0.05) == backends.pick(reordered, PREFERENCE, 0.05)
+    assert timing.pick(samples, PREFERENCE, 0.05) == timing.pick(reordered, PREFERENCE, 0.05)
     with pytest.raises(ValueError):
-        backends.pick({}, PREFERENCE, 0.05)
+        timing.pick({}, PREFERENCE, 0.05)
 
 
 def test_the_decision_records_the_figures_and_logs_them(
@@ -236,9 +240,9 @@ def test_the_decision_records_the_figures_and_logs_them(
     [path] = (harness.request.cache_dir / "decisions").glob("*.json")
     record = json.loads(path.read_text())
     assert record["choice"] == "openvino/bf16"
-    assert record["timing"]["rounds"] == backends.TIMING_ROUNDS
+    assert record["timing"]["rounds"] == timing.TIMING_ROUNDS
     assert record["measured"]["onnx/fp32"]["seconds"] == pytest.approx(0.020)
-    assert len(record["measured"]["onnx/fp32"]["samples"]) == backends.TIMING_ROUNDS
+    assert len(record["measured"]["onnx/fp32"]["samples"]) == timing.TIMING_ROUNDS
 
 
 class NoClock:
@@ -251,14 +255,14 @@ def test_a_recorded_decision_is_reused_without_timing(harness: Harness, monkeypa
     script(monkeypatch, harness, clock, COSTS)
     _, first = choose(harness, clock)
     harness.opened.clear()
-    forwards: list[backends.Choice] = []
+    forwards: list[Choice] = []
 
-    def counting(runner: backends.Runner) -> np.ndarray:
+    def counting(runner: Runner) -> np.ndarray:
         forwards.append(runner.choice)
         return runner({})
 
-    runner, again = backends.choose(
-        harness.graph, harness.request, counting, backends.cosine_agreement(0.9999), 0.9999, clock=NoClock()
+    runner, again = choosing.choose(
+        harness.graph, harness.request, counting, agreement.cosine_agreement(0.9999), 0.9999, clock=NoClock()
     )
     assert runner.choice == OV_BF16 and forwards == []
     assert [r.choice for r in harness.opened] == [OV_BF16]  # nothing else opened
@@ -271,15 +275,15 @@ def test_only_the_reference_passing_is_not_timed(harness: Harness, monkeypatch: 
     clock = FakeClock()
     script(monkeypatch, harness, clock, COSTS)
 
-    def only_the_reference_agrees(runner: backends.Runner) -> np.ndarray:
+    def only_the_reference_agrees(runner: Runner) -> np.ndarray:
         out = runner({})
         return out if runner.choice == TORCH else out + 1.0
 
-    runner, runtime = backends.choose(
+    runner, runtime = choosing.choose(
         harness.graph,
         harness.request,
         only_the_reference_agrees,
-        backends.cosine_agreement(0.9999),
+        agreement.cosine_agreement(0.9999),
         0.9999,
         clock=NoClock(),
     )
@@ -347,12 +351,12 @@ def test_the_log_line_says_when_the_margin_chose() -> None:
         "openvino/bf16": {"agreement": 0.99995, "passed": True, "seconds": 0.0100},
     }
     timing = {"rounds": 5, "margin": 0.05, "tolerance": 0.9999, "fastest": "openvino/bf16"}
-    line = backends.summary("sentence-embedder", OV_FP32, measured, timing)
+    line = report.summary("sentence-embedder", OV_FP32, measured, timing)
     assert line == (
         "sentence-embedder: backend openvino/fp32 (median of 5 interleaved rounds: openvino/bf16 10.0 ms, "
         "openvino/fp32 10.3 ms); preferred to openvino/bf16, within 5% of it"
     )
-    untimed = backends.summary("x", TORCH, {"torch/fp32": {"agreement": 1.0, "passed": True}}, {"rounds": 0})
+    untimed = report.summary("x", TORCH, {"torch/fp32": {"agreement": 1.0, "passed": True}}, {"rounds": 0})
     assert untimed == "x: backend torch/fp32 (the only candidate within tolerance: not timed)"
 
 
@@ -375,7 +379,7 @@ def test_a_backend_named_without_a_precision_chooses_among_that_backends_precisi
     # never be chosen (nor crash the choice, as a KeyError did).
     clock = FakeClock()
     script(monkeypatch, harness, clock, COSTS)
-    harness.request = backends.BackendRequest(backend="openvino", cache_dir=harness.request.cache_dir)
+    harness.request = vocabulary.BackendRequest(backend="openvino", cache_dir=harness.request.cache_dir)
     runner, runtime = choose(harness, clock)
     assert runner.choice == OV_BF16
     assert "seconds" not in runtime["measured"][str(TORCH)]  # the reference is not a candidate: not timed
@@ -387,7 +391,7 @@ def test_a_backend_named_without_a_precision_with_one_candidate_takes_it(
 ) -> None:
     clock = FakeClock()
     script(monkeypatch, harness, clock, COSTS)
-    harness.request = backends.BackendRequest(backend="onnx", cache_dir=harness.request.cache_dir)
+    harness.request = vocabulary.BackendRequest(backend="onnx", cache_dir=harness.request.cache_dir)
     runner, _ = choose(harness, clock)
     assert runner.choice == ONNX
     assert [r.choice for r in harness.opened if not r.closed] == [ONNX]

@@ -18,9 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sift_server.adapters import backends
-from sift_server.adapters.backends import artifacts
+from sift_server.adapters.backends import agreement, artifacts, runners, timing
+from sift_server.adapters.backends import request as vocabulary
+from sift_server.adapters.backends import runtimes as runtime_settings
 from sift_server.adapters.backends import store as stores
+from sift_server.adapters.backends.request import REFERENCE, Choice
+from sift_server.adapters.backends.seam import Runner
 from sift_server.adapters.base import EncodeTask, LoadContext, Part, ScoreTask
 from sift_server.adapters.cross_encoder import CrossEncoderAdapter
 from sift_server.adapters.sentence_embedder import SentenceEmbedderAdapter
@@ -69,7 +72,7 @@ def score(adapter: CrossEncoderAdapter, texts: list[str]) -> np.ndarray:
 
 
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(backends.cosine_agreement(1.0)(a, b)[1])
+    return float(agreement.cosine_agreement(1.0)(a, b)[1])
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +136,7 @@ def test_openvino_bounds_its_per_shape_kernel_cache(embedder_dir: Path, cache_di
     # cached shapes a long-running server grew by ~3 MB a request (probes/soak.py).
     adapter = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "openvino", "fp32"))
     config = adapter.runner.config  # type: ignore[attr-defined]
-    assert config.get("CPU_RUNTIME_CACHE_CAPACITY") == backends.OPENVINO_SHAPE_CACHE <= 256
+    assert config.get("CPU_RUNTIME_CACHE_CAPACITY") == runtime_settings.OPENVINO_SHAPE_CACHE <= 256
 
 
 @pytest.mark.parametrize(("backend", "precision"), [("onnx", "fp32"), ("openvino", "fp32")])
@@ -143,7 +146,7 @@ def test_cross_encoder_parity(
     adapter = CrossEncoderAdapter.load(context(cross_encoder_dir, cache_dir, backend, precision))
     assert adapter.info.runtime["backend"] == backend
     got = score(adapter, TEXTS)
-    ok, worst = backends.score_agreement(1e-4)(got, torch_scores)
+    ok, worst = agreement.score_agreement(1e-4)(got, torch_scores)
     assert ok, worst
     assert np.argsort(got).tolist() == np.argsort(torch_scores).tolist()
 
@@ -157,11 +160,11 @@ def test_cross_encoder_int8_loads(cross_encoder_dir: Path, cache_dir: Path, torc
 
 def test_threads_are_explicit(embedder_dir: Path, cache_dir: Path) -> None:
     onnx = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "onnx", "fp32"))
-    assert isinstance(onnx.runner, backends.OnnxRunner)
+    assert isinstance(onnx.runner, runners.OnnxRunner)
     options = onnx.runner.session.get_session_options()
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
     vino = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "openvino", "fp32"))
-    assert isinstance(vino.runner, backends.OpenVinoRunner)
+    assert isinstance(vino.runner, runners.OpenVinoRunner)
     assert int(vino.runner.compiled.get_property("INFERENCE_NUM_THREADS")) == 1
 
 
@@ -171,7 +174,7 @@ def test_onnx_sessions_leave_layer_norm_unfused(embedder_dir: Path, cache_dir: P
     import onnxruntime as ort
 
     runner = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "onnx", "fp32")).runner
-    assert isinstance(runner, backends.OnnxRunner)
+    assert isinstance(runner, runners.OnnxRunner)
 
     def optimized_ops(options: ort.SessionOptions, name: str) -> set[str]:
         options.optimized_model_filepath = str(tmp_path / name)
@@ -181,7 +184,7 @@ def test_onnx_sessions_leave_layer_norm_unfused(embedder_dir: Path, cache_dir: P
     default = ort.SessionOptions()
     default.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     assert "SkipLayerNormalization" in optimized_ops(default, "default.onnx")
-    sift = backends.onnx_session_options(1)
+    sift = runtime_settings.onnx_session_options(1)
     sift.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     assert "SkipLayerNormalization" not in optimized_ops(sift, "sift.onnx")
 
@@ -206,9 +209,9 @@ def test_auto_chooses_a_passing_backend_and_records_it(embedder_dir: Path, cache
     assert runtime["measured"][chosen]["passed"]
     assert "onnx/int8" not in runtime["measured"]  # never auto
     # The figures it was chosen by: a median over interleaved rounds for every passing candidate.
-    assert runtime["timing"]["rounds"] == backends.TIMING_ROUNDS
+    assert runtime["timing"]["rounds"] == timing.TIMING_ROUNDS
     timed = {k: v for k, v in runtime["measured"].items() if v["passed"]}
-    assert all(len(v["samples"]) == backends.TIMING_ROUNDS and v["seconds"] > 0 for v in timed.values())
+    assert all(len(v["samples"]) == timing.TIMING_ROUNDS and v["seconds"] > 0 for v in timed.values())
     second = SentenceEmbedderAdapter.load(context(embedder_dir, cache_dir, "auto"))
     assert second.info.runtime["selected_by"] == "auto (recorded)"
     assert (second.info.runtime["backend"], second.info.runtime["precision"]) == (
@@ -217,10 +220,10 @@ def test_auto_chooses_a_passing_backend_and_records_it(embedder_dir: Path, cache
     )
 
 
-class Perturbed(backends.Runner):
+class Perturbed(Runner):
     """A runner whose outputs are off by enough to miss any tolerance."""
 
-    def __init__(self, inner: backends.Runner) -> None:
+    def __init__(self, inner: Runner) -> None:
         self.inner = inner
         self.choice = inner.choice
         self.effective_precision = inner.effective_precision
@@ -233,11 +236,11 @@ class Perturbed(backends.Runner):
 
 @pytest.fixture
 def mismatching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    real = backends.open_runner
+    real = stores.open_runner
 
-    def open_runner(graph: Any, choice: backends.Choice, request: Any, store: Any) -> backends.Runner:
+    def open_runner(graph: Any, choice: Choice, request: Any, store: Any) -> Runner:
         runner = real(graph, choice, request, store)
-        return runner if choice == backends.REFERENCE else Perturbed(runner)
+        return runner if choice == REFERENCE else Perturbed(runner)
 
     monkeypatch.setattr(stores, "open_runner", open_runner)
     yield
@@ -265,16 +268,16 @@ def test_auto_cross_encoder_falls_back_to_torch(
 
 def test_int8_is_opt_in_only() -> None:
     with pytest.raises(ValueError, match="never chosen automatically"):
-        backends.BackendRequest(backend="auto", precision="int8")
-    assert all(c.precision != "int8" for c in backends.candidates(backends.BackendRequest(backend="auto")))
-    assert backends.candidates(backends.BackendRequest(backend="onnx", precision="int8")) == [
-        backends.Choice("onnx", "int8")
+        vocabulary.BackendRequest(backend="auto", precision="int8")
+    assert all(c.precision != "int8" for c in vocabulary.candidates(vocabulary.BackendRequest(backend="auto")))
+    assert vocabulary.candidates(vocabulary.BackendRequest(backend="onnx", precision="int8")) == [
+        Choice("onnx", "int8")
     ]
 
 
 def test_gpu_candidates_are_torch_half_precisions() -> None:
-    pool = backends.candidates(backends.BackendRequest(backend="auto", device="cuda"))
-    assert pool == [backends.REFERENCE, backends.Choice("torch", "fp16"), backends.Choice("torch", "bf16")]
+    pool = vocabulary.candidates(vocabulary.BackendRequest(backend="auto", device="cuda"))
+    assert pool == [REFERENCE, Choice("torch", "fp16"), Choice("torch", "bf16")]
 
 
 # ---- the cache -------------------------------------------------------------------
@@ -383,7 +386,7 @@ def test_read_only_cache_falls_back_with_a_warning(
     assert adapter.info.runtime["backend"] == "onnx"
     assert "not writable" in caplog.text
     assert not any(read_only.rglob("model.onnx"))
-    assert isinstance(adapter.runner, backends.OnnxRunner)
+    assert isinstance(adapter.runner, runners.OnnxRunner)
     assert fallbacks and all(folder != read_only for folder in fallbacks)
     assert Path(adapter.runner.session._model_path).is_relative_to(fallbacks[0])
 

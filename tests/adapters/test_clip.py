@@ -313,13 +313,13 @@ def test_siglip_pads_every_text_to_its_context(image_models: dict[str, Path]) ->
 
 def test_clip_entries_serve_on_torch_without_an_auto_decision(tmp_path: Path) -> None:
     from sift_server.registry.catalog import Catalog
-    from sift_server.registry.switching import decides_in_background
+    from sift_server.registry.switching import first_spec
 
     (tmp_path / "entry.yaml").write_text(f"name: x/clip\nadapter: clip\nsource:\n  path: {tmp_path}\ntasks: [encode]\n")
     (tmp_path / "model.safetensors").write_bytes(b"")
     spec = Catalog.from_dirs([tmp_path], include_shipped=False).get("x/clip")
     assert spec.backend == "auto"  # the default, which the clip adapter does not consult
-    assert not decides_in_background(spec)
+    assert first_spec(spec) is None
     shipped = Catalog.from_dirs([])
     clips = [shipped.get(name) for name in shipped.names() if shipped.get(name).adapter == "clip"]
     assert {spec.name for spec in clips} >= {"openai/clip-vit-base-patch32", "google/siglip-so400m-patch14-384"}

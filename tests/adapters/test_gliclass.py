@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sift_server.adapters.base import ExtractTask, FewShotExample, Part, ScoreTask, TaskInput
-from sift_server.adapters.gliclass_classifier import GliClassAdapter
+from sift_server.adapters.gliclass.adapter import GliClassAdapter, examples_prompt
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context
 
@@ -174,6 +174,17 @@ def test_examples_are_the_pipeline_examples(gliclass: GliClassAdapter, reference
         by_label = {c["label"]: c["score"] for c in plain}
         differs = differs or any(abs(c["score"] - by_label[c["label"]]) > 1e-4 for c in expected)
     assert differs  # the examples really reached the model
+
+
+def test_examples_prompt_is_the_pipelines_own(gliclass: GliClassAdapter) -> None:
+    # The adapter calls gliclass's public formatter with the pipeline's tokens instead of
+    # the pipeline's private method; the two must write the same text (a library upgrade
+    # that changes either shows here).
+    pipe = gliclass.pipeline.pipe
+    shots = [{"text": "A great phone.", "labels": ["positive"]}, {"text": "Slow.", "labels": ["negative", "tech"]}]
+    written = examples_prompt(pipe, shots)
+    assert written == pipe._format_examples_for_input(shots)
+    assert "A great phone." in written and written.endswith(pipe.sep_token)
 
 
 def test_usage_counts_documents_not_label_prompts(gliclass: GliClassAdapter) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sift_server.adapters import backends
-from sift_server.adapters.backends import gliclass as runtimes
+from sift_server.adapters.backends import runners, timing
 from sift_server.adapters.base import ExtractTask, LoadContext, Part
-from sift_server.adapters.gliclass_classifier import GliClassAdapter
+from sift_server.adapters.gliclass import graph as runtimes
+from sift_server.adapters.gliclass.adapter import GliClassAdapter
 from tests.adapters.test_gliclass import LABELS, TEXTS
 
 # Largest score difference from PyTorch fp32 allowed here: ONNX Runtime and OpenVINO
@@ -145,11 +145,11 @@ def test_gliclass_cache_hit_never_builds_the_pytorch_model(
 def test_gliclass_threads_are_explicit(gliclass_dir: Path, gliclass_cache: Path) -> None:
     onnx = GliClassAdapter.load(context(gliclass_dir, gliclass_cache, "onnx", "fp32"))
     runner = onnx.backend
-    assert isinstance(runner, backends.OnnxRunner)
+    assert isinstance(runner, runners.OnnxRunner)
     options = runner.session.get_session_options()
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
     vino = GliClassAdapter.load(context(gliclass_dir, gliclass_cache, "openvino", "fp32"))
-    assert isinstance(vino.backend, backends.OpenVinoRunner)
+    assert isinstance(vino.backend, runners.OpenVinoRunner)
     assert int(vino.backend.compiled.get_property("INFERENCE_NUM_THREADS")) == 1
     assert vino.info.runtime["inference_num_threads"] == 1
 
@@ -193,7 +193,7 @@ def test_gliclass_auto_records_a_decision_and_reuses_it(
     assert measured["torch/fp32"]["agreement"] == 0.0
     chosen = f"{runtime['backend']}/{runtime['precision']}"
     assert measured[chosen]["passed"]
-    assert runtime["timing"]["rounds"] == backends.TIMING_ROUNDS
+    assert runtime["timing"]["rounds"] == timing.TIMING_ROUNDS
     assert_same_classes(classify(first), torch_classes, runtimes.DEFAULT_SCORE_TOLERANCE)
 
     second = GliClassAdapter.load(context(gliclass_dir, gliclass_cache, "auto"))

@@ -1,5 +1,5 @@
 """The exported GLiClass forward with the last encoder layer run at the read
-positions only (``adapters/backends/gliclass_export.py``): the same logits as the
+positions only (``adapters/gliclass/export.py``): the same logits as the
 library's forward in PyTorch, for every way the head picks its positions, and
 which models qualify."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from sift_server.adapters.backends.gliclass import GliClassGraph, _forward_module
-from sift_server.adapters.backends.gliclass_export import PrunedForward, prunable, read_positions
+from sift_server.adapters.gliclass.export import PrunedForward, prunable, read_positions
+from sift_server.adapters.gliclass.graph import GliClassGraph, _forward_module
 
 LABELS = ["positive", "negative", "finance", "sports", "travel"]
 TEXTS = [

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sift_server.adapters.base import ExtractTask, FewShotExample, Part, ScoreTask, TaskInput
-from sift_server.adapters.gliner_extractor import GlinerAdapter
+from sift_server.adapters.gliner.adapter import GlinerAdapter
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from sift_server.adapters import backends
-from sift_server.adapters.backends import gliner as runtimes
+from sift_server.adapters.backends import timing
+from sift_server.adapters.backends.request import REFERENCE, Choice
 from sift_server.adapters.base import ExtractTask, LoadContext, Part
-from sift_server.adapters.gliner_extractor import GlinerAdapter
+from sift_server.adapters.gliner import graph as runtimes
+from sift_server.adapters.gliner.adapter import GlinerAdapter
 from tests.adapters.conftest import serving_one_entry
 from tests.adapters.test_gliner import LABELS, TEXTS, THRESHOLD
 
@@ -133,7 +134,7 @@ def test_grouped_inference_puts_each_texts_entities_back_in_place() -> None:
 
     texts = [f"text {i}" for i in range(40)]
     lengths = [(i * 7919) % 53 + 5 for i in range(40)]  # shuffled lengths, some repeated
-    backend = runtimes.GlinerBackend(Echo(), backends.Choice("onnx", "fp32"), "fp32")
+    backend = runtimes.GlinerBackend(Echo(), Choice("onnx", "fp32"), "fp32")
     found = backend.inference(texts, lengths, ["x"], flat_ner=True, threshold=0.5, multi_label=False)
     assert [entities[0]["text"] for entities in found] == texts
 
@@ -235,11 +236,11 @@ def test_gliner_auto_records_a_decision_and_reuses_it(
     assert measured["onnx/fp32"]["passed"] and measured["openvino/fp32"]["passed"]
     chosen = f"{runtime['backend']}/{runtime['precision']}"
     assert measured[chosen]["passed"]
-    assert runtime["timing"]["rounds"] == backends.TIMING_ROUNDS
+    assert runtime["timing"]["rounds"] == timing.TIMING_ROUNDS
     # The reference's own figure on the rule's scale: no score difference (1.0 means a span moved).
     assert measured["torch/fp32"]["agreement"] == 0.0
     timed = [v for v in measured.values() if v["passed"]]
-    assert all(len(v["samples"]) == backends.TIMING_ROUNDS for v in timed)
+    assert all(len(v["samples"]) == timing.TIMING_ROUNDS for v in timed)
     assert_same_spans(extract(first), torch_entities, runtimes.DEFAULT_SCORE_TOLERANCE)
 
     second = GlinerAdapter.load(context(gliner_dir, gliner_cache, "auto"))
@@ -269,9 +270,9 @@ def test_gliner_auto_falls_back_to_torch_when_a_span_moves(
 ) -> None:
     real = runtimes.open_gliner
 
-    def open_gliner(graph: Any, choice: backends.Choice, request: Any, store: Any) -> runtimes.GlinerBackend:
+    def open_gliner(graph: Any, choice: Choice, request: Any, store: Any) -> runtimes.GlinerBackend:
         opened = real(graph, choice, request, store)
-        if choice != backends.REFERENCE:
+        if choice != REFERENCE:
             opened.model = _RelabelFirstSpan(opened.model)
         return opened
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sift_server.adapters.gliner_extractor import GlinerAdapter
+from sift_server.adapters.gliner.adapter import GlinerAdapter
 from tests.adapters.conftest import load_context
 from tests.adapters.parity.cases import GLINER_BI_MODEL
 from tests.adapters.parity.compare import assert_same, cases, recorded, sift_answer

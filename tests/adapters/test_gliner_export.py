@@ -1,5 +1,5 @@
 """The word-factored markerV0 span layer GLiNER's exports run
-(``backends.gliner_export``): the library layer's function, swapped in only
+(``adapters/gliner/export.py``): the library layer's function, swapped in only
 while an export runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from sift_server.adapters.backends.gliner_export import WordFactoredMarkerV0, factored_span_layer
+from sift_server.adapters.gliner.export import WordFactoredMarkerV0, factored_span_layer
 
 
 def marker_v0(hidden: int, max_width: int) -> Any:

@@ -108,7 +108,7 @@ def test_lora_that_does_not_fit(tmp_path: Path, embedder_models: dict[str, Path]
 
 
 def test_adapters_without_lora_say_so(tmp_path: Path) -> None:
-    from sift_server.adapters.gliclass_classifier import GliClassAdapter
+    from sift_server.adapters.gliclass.adapter import GliClassAdapter
 
     assert not GliClassAdapter.supports_lora
     assert SentenceEmbedderAdapter.supports_lora and CrossEncoderAdapter.supports_lora

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sift_server.registry.adapters import ADAPTERS
+from sift_server.adapters.records import RECORDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "models.md"
 # The reference server 0.10.1's catalog holds this many models.
@@ -34,4 +34,4 @@ def test_every_row_has_a_verdict_and_served_rows_name_real_adapters() -> None:
         if sift.startswith("served"):
             named = set(re.findall(r"\(`([a-z0-9-]+)`", sift))
             assert named, f"{family}: a served row names its Sift adapter"
-            assert named <= set(ADAPTERS), family
+            assert named <= set(RECORDS), family

@@ -201,6 +201,7 @@ async def test_a_request_answered_just_before_its_model_is_evicted_still_gets_it
     # after that and must not read the (now empty) record.
     from sift_server.service.common import Limits
     from sift_server.service.encode import encode
+    from sift_server.service.prep import PrepThread
     from sift_server.service.run import RequestContext
     from sift_server.wire.schemas import EncodeBody, Item
 
@@ -220,7 +221,10 @@ async def test_a_request_answered_just_before_its_model_is_evicted_still_gets_it
     reg = Registry(catalog("a"), factory, memory_budget_bytes=100 * MB, loader=lambda spec: VectorAdapter(MB))
     reg_holder.append(reg)
     await reg.load_now("a")
-    outcome = await encode(reg, "a", EncodeBody(items=[Item(text="hello")]), Limits(1024, 8), RequestContext("r", 0.0))
+    prep = PrepThread()
+    body, ctx = EncodeBody(items=[Item(text="hello")]), RequestContext("r", 0.0, prep=prep)
+    outcome = await encode(reg, "a", body, Limits(1024, 8), ctx)
+    prep.close()
     assert outcome.payload["items"][0]["dense"]["dims"] == 2
 
 

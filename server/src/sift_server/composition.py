@@ -25,6 +25,7 @@ from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
 from sift_server.service.common import Limits
 from sift_server.service.images import ImageLimits
+from sift_server.service.prep import PrepThread
 from sift_server.telemetry import tracing
 from sift_server.telemetry.forwards import forward_spans
 
@@ -89,4 +90,4 @@ def build_state(
         max_pixels=settings.max_image_pixels,
     )
     limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items, images=images)
-    return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics)
+    return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics, prep=PrepThread())

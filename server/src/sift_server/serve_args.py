@@ -65,7 +65,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _backend_arg(text: str) -> str:
-    from sift_server.adapters.backends import BACKENDS, PRECISIONS
+    from sift_server.adapters.backends.request import BACKENDS, PRECISIONS
 
     backend, _, precision = text.partition(":")
     if backend not in BACKENDS or (precision and precision not in PRECISIONS):

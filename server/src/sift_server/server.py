@@ -160,7 +160,7 @@ class DrainingServer(uvicorn.Server):
     async def _drain_then_exit(self) -> None:
         grace = self.sift_state.settings.shutdown_grace_s
         ends = time.monotonic() + grace
-        await self.sift_state.registry.close(grace)
+        await self.sift_state.close(grace)
         if self._drain is not None:
             await self._drain(max(0.0, ends - time.monotonic()))
         self.should_exit = True

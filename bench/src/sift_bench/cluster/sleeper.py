@@ -52,9 +52,17 @@ class SleeperAdapter(Adapter):
 
 def register() -> None:
     """Make the adapter known to this process's catalog (tests and measurements only)."""
-    from sift_server.registry.adapters import ADAPTERS
+    from sift_server.adapters.records import AdapterRecord
+    from sift_server.adapters.records import register as register_record
 
-    ADAPTERS[SLEEPER_ADAPTER] = "sift_bench.cluster.sleeper:SleeperAdapter"
+    register_record(
+        AdapterRecord(
+            name=SLEEPER_ADAPTER,
+            target="sift_bench.cluster.sleeper:SleeperAdapter",
+            tasks=frozenset({"encode"}),
+            encode_outputs=("dense",),
+        )
+    )
 
 
 def write_sleeper_entry(catalog_dir: Path, name: str, sleep_ms: float, marker_dir: Path | None = None) -> Path:

@@ -24,7 +24,7 @@ from sift_server.adapters.base import Part
 if TYPE_CHECKING:
     import torch
 
-    from sift_server.adapters.backends import Runner
+    from sift_server.adapters.backends.seam import Runner
 
 LANE_PREFIX = "lora:"
 

@@ -29,7 +29,7 @@ PROBE_QUERY = "how do plants make energy from sunlight"
 BATCH = 8
 
 # GLiNER's probe: texts with names, places, organisations and dates in them (and a
-# few without), and the labels asked for. ``backends.gliner.PROBE_VERSION`` names it.
+# few without), and the labels asked for. ``gliner.graph.PROBE_VERSION`` names it.
 GLINER_PROBE_TEXTS: tuple[str, ...] = (
     PROBE_TEXTS[4],  # Apollo 11, Neil Armstrong, Buzz Aldrin, 1969
     "Ada Lovelace worked with Charles Babbage in London on the Analytical Engine.",
@@ -46,5 +46,5 @@ GLINER_PROBE_LABELS: tuple[str, ...] = ("person", "location", "organization", "d
 
 # GLiClass's probe: the general texts above against topic labels, so the scores spread
 # out and a candidate that reorders two close labels is caught.
-# ``backends.gliclass.PROBE_VERSION`` names it.
+# ``gliclass.graph.PROBE_VERSION`` names it.
 GLICLASS_PROBE_LABELS: tuple[str, ...] = ("science", "travel", "technology", "history", "language", "weather")

@@ -24,6 +24,7 @@ __all__ = [
     "EncodeTask",
     "ExtractTask",
     "FewShotExample",
+    "InputKind",
     "LoadContext",
     "OverflowPolicy",
     "Part",
@@ -33,7 +34,10 @@ __all__ = [
     "TaskInput",
 ]
 
+# The tasks and input kinds a model can have: one definition, read by the catalog,
+# the adapter records (adapters/records.py) and /v1/models. A new one is added here.
 Task = Literal["encode", "score", "extract"]
+InputKind = Literal["text", "image"]
 OverflowPolicy = Literal["truncate", "error"]
 ClassificationType = Literal["single-label", "multi-label"]
 

@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sift_server.adapters import backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import select_device, tokenizer_limit
+from sift_server.adapters.backends.choice import open_runner
+from sift_server.adapters.backends.runners import TorchRunner
+from sift_server.adapters.backends.seam import Graph, Runner
+from sift_server.adapters.backends.select import SCORES, may_run_torch, select
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -52,7 +55,7 @@ SCORE_COMPAT_KEY = "score"
 ACTIVATIONS = ("identity", "sigmoid")
 
 
-class ClassifierLogits(backends.Graph):
+class ClassifierLogits(Graph):
     """The classifier: the tokenizer's inputs (in its order) -> logits."""
 
     kind = "cross-encoder"
@@ -87,7 +90,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
 
     def __init__(
         self,
-        runner: backends.Runner,
+        runner: Runner,
         tokenizer: PreTrainedTokenizerBase,
         max_length: int,
         activation: str,
@@ -96,7 +99,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         self.runner = runner
         # LoRA layers go into the PyTorch model: only a torch runner serves them
         # (the loader runs an entry with loras on torch).
-        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, backends.TorchRunner) else None
+        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, TorchRunner) else None
         self.supports_lora = self.loras is not None
         # prepare runs on the event loop while forward runs in the executor
         # thread; a fast tokenizer's Rust state is not safe to share between
@@ -122,30 +125,29 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         activation = str(ctx.options.get("activation", "identity"))
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        device = select_device(ctx.options) if ctx.backend in ("auto", "torch") else torch.device("cpu")
+        device = select_device(ctx.options) if may_run_torch(ctx.backend) else torch.device("cpu")
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
         max_length = effective_max_length(ctx.max_sequence_length, tokenizer, config)
-        request = backends.request_for(ctx, str(device))
         names = tuple(tokenizer.model_input_names)
         probe = tokenizer(
             [PROBE_QUERY] * len(PROBE_TEXTS), list(PROBE_TEXTS), truncation="only_second", max_length=max_length
         )
         pairs = [{name: probe[name][i] for name in names} for i in range(len(PROBE_TEXTS))]
 
-        def evaluate(runner: backends.Runner) -> np.ndarray:
+        def evaluate(runner: Runner) -> np.ndarray:
             chunks = [
                 padded_logits(runner, tokenizer, pairs[i : i + BATCH])[:, -1] for i in range(0, len(pairs), BATCH)
             ]
             return np.concatenate(chunks)
 
-        tolerance = ctx.tolerance or backends.DEFAULT_SCORE_RELATIVE
-        runner, runtime = backends.choose(
+        runner, runtime = select(
+            ctx,
             ClassifierLogits(ctx.path, names),
-            request,
             evaluate,
-            backends.score_agreement(tolerance),
-            tolerance,
+            SCORES,
+            open_runner,
+            device=str(device),
             probe_key=f"{max_length}",
         )
         return cls(runner, tokenizer, max_length, activation, runtime)
@@ -212,7 +214,7 @@ class CrossEncoderAdapter(LoraHost, Adapter):
 
 
 def padded_logits(
-    runner: backends.Runner, tokenizer: PreTrainedTokenizerBase, features: list[dict[str, list[int]]]
+    runner: Runner, tokenizer: PreTrainedTokenizerBase, features: list[dict[str, list[int]]]
 ) -> np.ndarray:
     batch = tokenizer.pad(features, padding=True, return_tensors="np")
     feed = {name: np.asarray(value, dtype=np.int64) for name, value in batch.items()}

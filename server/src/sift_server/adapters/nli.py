@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sift_server.adapters import backends
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -44,6 +43,9 @@ from sift_server.adapters._extract_common import (
 )
 from sift_server.adapters._probes import GLICLASS_PROBE_LABELS, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device
+from sift_server.adapters.backends.choice import open_runner
+from sift_server.adapters.backends.seam import Runner
+from sift_server.adapters.backends.select import SCORES, may_run_torch, select
 from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.adapters.cross_encoder import ClassifierLogits, effective_max_length, padded_logits
 from sift_server.errors import InputTooLong, InvalidInput
@@ -134,7 +136,7 @@ class NliAdapter(Adapter):
 
     def __init__(
         self,
-        runner: backends.Runner,
+        runner: Runner,
         tokenizer: PreTrainedTokenizerBase,
         classes: NliClasses,
         options: Mapping[str, Any],
@@ -168,7 +170,7 @@ class NliAdapter(Adapter):
         from transformers import AutoConfig, AutoTokenizer
 
         configure_threads(ctx.torch_threads)
-        device = select_device(ctx.options) if ctx.backend in ("auto", "torch") else select_device({"device": "cpu"})
+        device = select_device(ctx.options) if may_run_torch(ctx.backend) else select_device({"device": "cpu"})
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
         classes = nli_classes(config.id2label)
@@ -183,19 +185,19 @@ class NliAdapter(Adapter):
         )
         pairs = [{name: probe[name][i] for name in names} for i in range(len(probe["input_ids"]))]
 
-        def evaluate(runner: backends.Runner) -> np.ndarray:
+        def evaluate(runner: Runner) -> np.ndarray:
             step = len(hypotheses)
             return np.concatenate(
                 [padded_logits(runner, tokenizer, pairs[i : i + step]) for i in range(0, len(pairs), step)]
             )
 
-        tolerance = ctx.tolerance or backends.DEFAULT_SCORE_RELATIVE
-        runner, runtime = backends.choose(
+        runner, runtime = select(
+            ctx,
             NliLogits(ctx.path, names),
-            backends.request_for(ctx, str(device)),
             evaluate,
-            backends.score_agreement(tolerance),
-            tolerance,
+            SCORES,
+            open_runner,
+            device=str(device),
             probe_key=f"nli:{max_length}",
         )
         return cls(runner, tokenizer, classes, ctx.options, max_length, runtime)

@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from sift_server.adapters import backends
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer, pad_rows
 from sift_server.adapters.backends import buckets, call_cost
+from sift_server.adapters.backends.choice import open_runner
+from sift_server.adapters.backends.runners import TorchRunner
+from sift_server.adapters.backends.seam import Graph, Runner
+from sift_server.adapters.backends.select import COSINE, may_run_torch, select
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
 from sift_server.forward_io import split_by_parts
@@ -51,7 +54,7 @@ def _pooling_from_folder(folder: Path) -> Pooling | None:
     return None
 
 
-class _HiddenStates(backends.Graph):
+class _HiddenStates(Graph):
     """The transformer alone: (input_ids, attention_mask) -> last_hidden_state."""
 
     kind = "sentence-embedder"
@@ -78,7 +81,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
     def __init__(
         self,
         tokenizer: TextTokenizer,
-        runner: backends.Runner,
+        runner: Runner,
         *,
         hidden_size: int,
         pooling: Pooling,
@@ -101,7 +104,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         self.pad_id = tokenizer.pad_token_id
         # LoRA layers go into the PyTorch model: only a torch runner serves them
         # (the loader runs an entry with loras on torch).
-        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, backends.TorchRunner) else None
+        self.loras = LoraSlots(runner.base_model()) if isinstance(runner, TorchRunner) else None
         self.supports_lora = self.loras is not None
         self.info = AdapterInfo(
             tasks=frozenset({"encode"}),
@@ -122,24 +125,23 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         max_length = int(ctx.max_sequence_length or st_config.get("max_seq_length") or 512)
         tokenizer = load_tokenizer(folder)
         normalize = bool(options.get("normalize", True))
-        request = backends.request_for(ctx, _device(options, ctx.backend))
         probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
         pad_id = tokenizer.pad_token_id
 
-        def evaluate(runner: backends.Runner) -> np.ndarray:
+        def evaluate(runner: Runner) -> np.ndarray:
             chunks = [
                 _embed(runner, probe_rows[i : i + BATCH], pad_id, pooling, normalize)
                 for i in range(0, len(probe_rows), BATCH)
             ]
             return np.concatenate(chunks)
 
-        tolerance = ctx.tolerance or backends.DEFAULT_COSINE
-        runner, runtime = backends.choose(
+        runner, runtime = select(
+            ctx,
             _HiddenStates(folder),
-            request,
             evaluate,
-            backends.cosine_agreement(tolerance),
-            tolerance,
+            COSINE,
+            open_runner,
+            device=_device(options, ctx.backend),
             probe_key=f"{pooling}:{normalize}:{max_length}",
         )
         hidden_size = int(_read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
@@ -206,7 +208,7 @@ def _device(options: Any, backend: str) -> str:
     if name is not None:
         return str(name)
     # Without an NVIDIA device node there is no CUDA: do not pay for importing torch to learn it.
-    if backend in ("auto", "torch") and any(Path("/dev").glob("nvidia[0-9]*")):
+    if may_run_torch(backend) and any(Path("/dev").glob("nvidia[0-9]*")):
         import torch
 
         if torch.cuda.is_available():  # untested here: no GPU in development
@@ -214,7 +216,7 @@ def _device(options: Any, backend: str) -> str:
     return "cpu"
 
 
-def _shape_runner(runner: backends.Runner, row: Sequence[int], pad_id: int) -> Callable[[int, int], object]:
+def _shape_runner(runner: Runner, row: Sequence[int], pad_id: int) -> Callable[[int, int], object]:
     """``run(rows, length)``: one runner call on ``rows`` copies of ``row``
     repeated or cut to ``length`` tokens (what ``call_cost.measure`` times)."""
 
@@ -227,7 +229,7 @@ def _shape_runner(runner: backends.Runner, row: Sequence[int], pad_id: int) -> C
 
 
 def _embed(
-    runner: backends.Runner,
+    runner: Runner,
     rows: Sequence[Sequence[int]],
     pad_id: int,
     pooling: str,

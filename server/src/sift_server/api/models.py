@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from sift_server.adapters.records import record_of
 from sift_server.api.errors import native_error
 from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
-from sift_server.registry.adapters import ENCODE_OUTPUTS, INPUTS
 from sift_server.registry.registry import ModelRecord
 
 router = APIRouter()
@@ -20,20 +20,19 @@ _TASK_OUTPUTS = {"score": ["score"], "extract": ["json"]}
 
 def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
     spec = record.spec
+    adapter = record_of(spec.adapter)
     outputs: list[str] = []
     dims: dict[str, int] = {}
     if record.adapter is not None:
         dims = dict(record.adapter.info.dims)
     for task in spec.tasks:
         if task == "encode":
-            outputs.extend(
-                record.adapter.info.outputs if record.adapter else ENCODE_OUTPUTS.get(spec.adapter, ("dense",))
-            )
+            outputs.extend(record.adapter.info.outputs if record.adapter else adapter.encode_outputs)
         else:
             outputs.extend(_TASK_OUTPUTS[task])
     return {
         "name": spec.name,
-        "inputs": list(record.adapter.info.inputs if record.adapter else INPUTS.get(spec.adapter, ("text",))),
+        "inputs": list(record.adapter.info.inputs if record.adapter else adapter.inputs),
         "outputs": outputs,
         "dims": dims,
         "loaded": record.state == "loaded",

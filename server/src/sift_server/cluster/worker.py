@@ -336,7 +336,7 @@ class StreamWorker:
         await asyncio.to_thread(self.keepalive.quiet)
         await asyncio.gather(*(p.drain(max(0.0, ends - time.monotonic())) for p in self.pullers))
         self.state.draining = True
-        await self.state.registry.close(max(0.0, ends - time.monotonic()))
+        await self.state.close(max(0.0, ends - time.monotonic()))
         await asyncio.to_thread(self.keepalive.stop)
         if self.nc is not None:
             with contextlib.suppress(Exception):

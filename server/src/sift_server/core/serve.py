@@ -109,7 +109,7 @@ def error_reply(state: ServerState, endpoint: Endpoint | None, error: SiftError)
 
 async def _native(state: ServerState, call: Call) -> Reply:
     endpoint = call.endpoint
-    ctx = RequestContext(request_id_of(call.headers), call.started, call.ingress, call.disconnected)
+    ctx = RequestContext(request_id_of(call.headers), call.started, call.ingress, call.disconnected, prep=state.prep)
     decoded = await decode_sliced(
         call.body, request_format(call.headers.get("content-type")), endpoint.schema, "items", Item
     )
@@ -137,7 +137,7 @@ async def _embeddings(state: ServerState, call: Call) -> Reply:
             # from here, so OpenAI traffic feeds the arrival model as well.
             ingress = state.registry.begin_ingress(body.model, call.started)
         native = EncodeBody(items=[Item(text=t) for t in texts])
-        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected)
+        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
         try:
             outcome = await encode(state.registry, body.model, native, state.limits, ctx, dimensions=body.dimensions)
         except TaskNotSupported as error:

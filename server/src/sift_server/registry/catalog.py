@@ -10,20 +10,20 @@ import importlib.resources
 import importlib.util
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sift_server.registry.adapters import ADAPTERS
+from sift_server.adapters.backends.request import BackendName, PrecisionName, check_pair
+from sift_server.adapters.base import Task
+from sift_server.adapters.records import RECORDS
 
 # The longest model name: requests that name a longer one are refused before the
 # name is decoded (OpenAI's body, wire/split.py), the registry answers a short 404.
 MAX_MODEL_NAME_CHARS = 256
 
 SHIPPED_CATALOG = Path(str(importlib.resources.files("sift_server") / "catalog"))
-
-TaskName = Literal["encode", "score", "extract"]
 
 
 class CatalogError(ValueError):
@@ -79,14 +79,14 @@ class ModelSpec(BaseModel):
     name: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     adapter: str
     source: Source
-    tasks: list[TaskName] = Field(min_length=1)
+    tasks: list[Task] = Field(min_length=1)
     max_sequence_length: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
     # Where the forward runs (adapters/backends/): auto picks the fastest backend
     # whose probe outputs match PyTorch fp32 within ``tolerance`` (min cosine for
     # embeddings, relative score difference for rerankers); int8 is opt-in only.
-    backend: Literal["auto", "torch", "onnx", "openvino"] = "auto"
-    precision: Literal["fp32", "bf16", "fp16", "int8"] | None = None
+    backend: BackendName = "auto"
+    precision: PrecisionName | None = None
     tolerance: float | None = Field(default=None, gt=0)
     batching: Batching = Field(default_factory=Batching)
     # LoRA adapters served on top of this model, by the name requests use (options.lora).
@@ -98,10 +98,18 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _known_adapter(self) -> ModelSpec:
-        if self.adapter not in ADAPTERS:
-            raise ValueError(f"unknown adapter {self.adapter!r}; known: {', '.join(sorted(ADAPTERS))}")
-        if self.precision == "int8" and self.backend != "onnx":
-            raise ValueError("precision int8 is opt-in and runs on backend onnx only")
+        """The entry against its adapter's record and the backends' vocabulary."""
+        record = RECORDS.get(self.adapter)
+        if record is None:
+            raise ValueError(f"unknown adapter {self.adapter!r}; known: {', '.join(sorted(RECORDS))}")
+        unserved = [task for task in self.tasks if task not in record.tasks]
+        if unserved:
+            raise ValueError(
+                f"adapter {self.adapter} serves {', '.join(sorted(record.tasks))}, not {', '.join(unserved)}"
+            )
+        if self.backend != "auto" and self.backend not in record.backends:
+            raise ValueError(f"adapter {self.adapter} runs on {', '.join(sorted(record.backends))}, not {self.backend}")
+        check_pair(self.backend, self.precision)
         return self
 
 

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 from sift_server.adapters._lean_imports import import_transformers_models
+from sift_server.adapters.backends.select import LoadPlan, plan_load
 from sift_server.adapters.base import Adapter, LoadContext
-from sift_server.registry.adapters import adapter_class
+from sift_server.adapters.records import record_of
 from sift_server.registry.catalog import ModelSpec, resolve_local_path
 
 log = logging.getLogger(__name__)
@@ -47,26 +48,38 @@ def rechoose_backend() -> bool:
     return os.environ.get("SIFT_RECHOOSE_BACKEND", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def adapter_class(name: str) -> type[Adapter]:
+    return record_of(name).adapter_class()
+
+
+def load_plan(spec: ModelSpec) -> LoadPlan:
+    """What a load of ``spec`` asks its adapter for, and whether it serves on the
+    reference first while ``auto`` decides (the adapters' rules: ``backends.plan_load``)."""
+    return plan_load(
+        spec.backend,
+        spec.precision,
+        override=backend_override(),
+        loras=bool(spec.loras),
+        runs_on=record_of(spec.adapter).backends,
+    )
+
+
 def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
-    backend, precision = backend_override()
-    if backend is None:
-        backend, precision = spec.backend, spec.precision
-    if spec.loras and (backend, precision) != ("torch", "fp32"):
-        # LoRA layers are injected into the PyTorch model: such an entry runs on it, in fp32.
-        log.info("model %s has LoRA adapters: it runs on torch fp32, not %s", spec.name, backend)
-        backend, precision = "torch", "fp32"
+    plan = load_plan(spec)
+    if plan.note is not None:
+        log.info("model %s: %s", spec.name, plan.note)
     ctx = LoadContext(
         path=weights_folder(spec),
         options=spec.options,
         max_sequence_length=spec.max_sequence_length,
         torch_threads=torch_threads or default_torch_threads(),
-        backend=backend,
-        precision=precision,
+        backend=plan.backend,
+        precision=plan.precision,
         tolerance=spec.tolerance,
         rechoose_backend=rechoose_backend(),
     )
     adapter_type = adapter_class(spec.adapter)
-    if backend in ("torch", "auto") and adapter_type.transformers_models:
+    if plan.may_run_torch and adapter_type.transformers_models:
         # PyTorch runs, or times the candidates: transformers' model code will be imported.
         import_transformers_models()
     return adapter_type.load(ctx)

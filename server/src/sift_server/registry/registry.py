@@ -26,12 +26,12 @@ from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS, Catalog, ModelSpe
 from sift_server.registry.loader import estimate_bytes, load_adapter
 from sift_server.registry.loras import LoraSet
 from sift_server.registry.switching import (
-    PENDING,
     SwitchingAdapter,
-    decides_in_background,
     describe_switch,
     first_spec,
     in_low_priority_thread,
+    pending,
+    serving_on,
 )
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class ModelRecord:
     curve: Curve | None = None
     loras: LoraSet | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
-    # auto's backend decision running in the background after a torch-first load.
+    # auto's backend decision running in the background after a load on the reference.
     decide_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -111,7 +111,7 @@ class Registry:
         decide_in_background: bool = True,
     ) -> None:
         self.calibrate = calibrate
-        # auto entries serve on torch fp32 at once and switch when the decision is made.
+        # auto entries serve on the reference at once and switch when the decision is made.
         self.decide_in_background = decide_in_background
         self.recent_use_s = recent_use_s
         self.catalog = catalog
@@ -205,9 +205,10 @@ class Registry:
             log.info("model %s not loaded: the memory budget is held by busy model(s) %s", spec.name, busy)
             return
         await self._make_room(expected, keep=spec.name)
-        background = self.decide_in_background and decides_in_background(spec)
+        first = first_spec(spec) if self.decide_in_background else None
+        background = first is not None
         try:
-            adapter: Adapter = await asyncio.to_thread(self._loader, first_spec(spec) if background else spec)
+            adapter: Adapter = await asyncio.to_thread(self._loader, first or spec)
         except Exception as exc:
             error_class, permanent_hint = _classify(exc)
             attempts = (record.last_error.attempts + 1) if record.last_error else 1
@@ -218,7 +219,7 @@ class Registry:
             log.error("loading model %s failed: %s", spec.name, exc)
             return
         if background:
-            adapter = SwitchingAdapter(adapter, PENDING)
+            adapter = SwitchingAdapter(adapter, pending(adapter))
         record.adapter = adapter
         record.loras = LoraSet(spec, adapter, self._clock)
         record.memory_bytes = record.known_bytes = adapter.memory_bytes()
@@ -243,7 +244,9 @@ class Registry:
                 record.curve.best_size,
             )
         if isinstance(adapter, SwitchingAdapter):
-            log.info("model %s serves on torch fp32 while auto decides its backend in the background", spec.name)
+            log.info(
+                "model %s serves on %s while auto decides its backend in the background", spec.name, serving_on(adapter)
+            )
             record.decide_task = asyncio.get_running_loop().create_task(
                 self._decide(record, adapter), name=f"decide-{spec.name}"
             )
@@ -256,8 +259,9 @@ class Registry:
         try:
             decided = await in_low_priority_thread(self._loader, record.spec)
         except Exception as exc:
-            log.warning("model %s: the backend decision failed (%s); it stays on torch fp32", name, exc)
-            serving.settle(f"failed ({type(exc).__name__}: {str(exc)[:200]}); stays on torch fp32")
+            where = serving_on(serving)
+            log.warning("model %s: the backend decision failed (%s); it stays on %s", name, exc, where)
+            serving.settle(f"failed ({type(exc).__name__}: {str(exc)[:200]}); stays on {where}")
             return
         if record.adapter is not serving:
             decided.close()  # evicted (or reloaded) while deciding

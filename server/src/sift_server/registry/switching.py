@@ -1,11 +1,13 @@
 """Serve first, decide in the background.
 
 A first start with ``backend: auto`` used to export the model to ONNX and
-OpenVINO and time every candidate before the first request was served. Now the
-registry loads the entry on PyTorch fp32 (the exact reference, seconds), serves
-through a :class:`SwitchingAdapter`, and loads the ``auto`` choice in a
-background thread at a raised nice; when that is ready the adapter switches
-between two forwards and the PyTorch copy is released.
+OpenVINO and time every candidate before the first request was served. Now,
+where the load plan names a first backend (``backends.plan_load``: the
+reference, PyTorch fp32, exact and loaded in seconds), the registry loads the
+entry on it, serves through a :class:`SwitchingAdapter`, and loads the ``auto``
+choice in a background thread at a raised nice; when that is ready the adapter
+switches between two forwards and the first copy is released. Which backends
+exist is the adapters' business: nothing here names one.
 
 Why a request prepared before the switch may run after it: ``prepare`` depends
 on the model folder and the entry's options only (tokenization), never on the
@@ -26,9 +28,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sift_server.adapters.base import Adapter, LoadContext, Part, Prepared, TaskInput
-from sift_server.registry.adapters import TORCH_ONLY
 from sift_server.registry.catalog import ModelSpec
-from sift_server.registry.loader import backend_override
+from sift_server.registry.loader import load_plan
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,16 @@ R = TypeVar("R")
 
 # Nice of the thread that exports and times candidates: the serving threads come first.
 DECIDE_NICE = 19
-PENDING = "auto: exporting and timing the candidates in the background; serving on torch fp32 meanwhile"
 
 
-def decides_in_background(spec: ModelSpec) -> bool:
-    """Entries that serve on torch fp32 first: ``auto`` and not overridden by
-    ``SIFT_BACKEND``; an entry with LoRAs, or of a PyTorch-only adapter, runs on torch anyway."""
-    backend, _ = backend_override()
-    return backend is None and spec.backend == "auto" and not spec.loras and spec.adapter not in TORCH_ONLY
-
-
-def first_spec(spec: ModelSpec) -> ModelSpec:
-    """The entry as it serves until the decision: PyTorch fp32."""
-    return spec.model_copy(update={"backend": "torch", "precision": "fp32"})
+def first_spec(spec: ModelSpec) -> ModelSpec | None:
+    """The entry as it serves until ``auto``'s decision in the background (the
+    reference the plan names), or None where the load is the only one: not
+    ``auto``, overridden, with LoRAs, or of an adapter that runs on one runtime."""
+    first = load_plan(spec).first
+    if first is None:
+        return None
+    return spec.model_copy(update={"backend": first.backend, "precision": first.precision})
 
 
 def lower_priority(nice: int = DECIDE_NICE) -> None:
@@ -121,6 +119,17 @@ class SwitchingAdapter(Adapter):
 
     def close(self) -> None:
         self._current.close()
+
+
+def serving_on(adapter: Adapter) -> str:
+    """``backend precision`` of what runs ``adapter``'s forwards, as its runtime says."""
+    runtime = adapter.info.runtime
+    return f"{runtime.get('backend', '?')} {runtime.get('precision', '')}".strip()
+
+
+def pending(first: Adapter) -> str:
+    """``runtime.pending`` while the decision runs."""
+    return f"auto: exporting and timing the candidates in the background; serving on {serving_on(first)} meanwhile"
 
 
 def describe_switch(model: str, old: Adapter, new: Adapter) -> str:

@@ -31,8 +31,9 @@ from sift_server.service.common import (
     string_option,
 )
 from sift_server.service.images import RawImage, check_images, decode_images
+from sift_server.service.prep import Completion
 from sift_server.service.quantize import OUTPUT_DTYPES, quantize, quantize_rows
-from sift_server.service.run import Completion, Outcome, RequestContext, run_task
+from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import EncodeBody
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from sift_server.adapters.records import record_of
 from sift_server.errors import InvalidInput
-from sift_server.registry.adapters import STRUCTURED_EXTRACT
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
     Limits,
@@ -48,7 +48,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     options = dict(params.options or {}) if params else {}
     check_profile(options, path_profile)
     output_schema = params.output_schema if params is not None else None
-    if output_schema is not None and record.spec.adapter not in STRUCTURED_EXTRACT:
+    if output_schema is not None and not record_of(record.spec.adapter).structured_extract:
         raise InvalidInput(f"Model '{name}' does not support output_schema; send labels instead.")
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
     overflow = overflow_policy(options)

@@ -5,60 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sift_server.adapters.base import Adapter, ExtractTask, Prepared, ScoreTask, TaskInput
+from sift_server.adapters.base import Prepared, TaskInput
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.worker import ModelWorker
 from sift_server.errors import RequestCancelled
 from sift_server.registry.registry import ModelRecord
+from sift_server.service.prep import Completion, PrepThread
 from sift_server.service.timing import Timing
-
-# Requests with at least this many characters to tokenize are prepared in the
-# prep thread, so that at most a few milliseconds of tokenizing stay on the loop
-# (docs/architecture.md, "Keeping the event loop free", has the figures).
-OFFLOAD_CHARS = 4_096
-
-# One prep thread: preparations stay serial, as on the loop, because a fast
-# tokenizer must not be used by two threads at once. While it holds any work,
-# small requests queue behind it too (never run beside it on the loop).
-_prep_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sift-prep")
-_offloaded = 0
-
-
-def task_chars(task: TaskInput) -> int:
-    """Characters a preparation tokenizes (the instruction and query go with every item)."""
-    shared = len(task.instruction or "")
-    if isinstance(task, ScoreTask):
-        shared += len(task.query)
-    if isinstance(task, ExtractTask):
-        shared += sum(len(label) for label in task.labels)
-    return sum(len(text) for text in task.texts) + shared * len(task.texts)
-
-
-# Turns a task into the one ``prepare`` reads, in the prep thread (images are decoded there).
-Completion = Callable[[TaskInput], TaskInput]
-
-
-def _complete_and_prepare(adapter: Adapter, task: TaskInput, complete: Completion | None) -> Prepared:
-    return adapter.prepare(complete(task) if complete is not None else task)
-
-
-async def prepare(adapter: Adapter, task: TaskInput, complete: Completion | None = None) -> Prepared:
-    """``adapter.prepare`` on the loop when small, else in the prep thread;
-    always in the prep thread when the task is to be completed first
-    (decoding images never runs on the loop)."""
-    global _offloaded
-    if complete is None and _offloaded == 0 and task_chars(task) < OFFLOAD_CHARS:
-        return adapter.prepare(task)
-    _offloaded += 1
-    try:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_prep_executor, _complete_and_prepare, adapter, task, complete)
-    finally:
-        _offloaded -= 1
 
 
 @dataclass(slots=True)
@@ -70,6 +26,8 @@ class RequestContext:
     ingress: IngressTicket | None = None
     # Makes an awaitable that resolves when the client disconnects (None: not watched).
     disconnected: Callable[[], Awaitable[Any]] | None = None
+    # The server's prep thread (``ServerState.prep``).
+    prep: PrepThread = field(kw_only=True)
 
 
 @dataclass(slots=True)
@@ -91,7 +49,7 @@ async def run_task(
 ) -> tuple[list[Any], Prepared]:
     assert record.adapter is not None
     tokenize_start = time.perf_counter()
-    prepared = await prepare(record.adapter, task, complete)
+    prepared = await ctx.prep.prepare(record.adapter, task, complete)
     prepared.lane = lane
     timing.tokenization_s = time.perf_counter() - tokenize_start
     ticket = worker.submit(prepared, request_id=ctx.request_id, lane=lane, ingress=ctx.ingress)

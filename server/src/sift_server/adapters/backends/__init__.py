@@ -1,12 +1,16 @@
 """Where an adapter's forward runs: PyTorch, ONNX Runtime or OpenVINO, and at
 which precision; ``auto`` picks, on this machine, the fastest one whose outputs
 on a fixed probe set match PyTorch fp32 within the entry's tolerance. Nothing
-outside the adapters knows a backend exists.
+above the adapters names a backend: the registry asks ``plan_load`` and passes
+its answer on. No model family lives here (GLiNER's and GLiClass's graphs are
+in ``adapters/gliner/`` and ``adapters/gliclass/``).
 
 One job per module:
 
-- ``request``: the vocabulary (backends, precisions, :class:`Choice`) and what
-  a catalog entry asks for (:class:`BackendRequest`, ``request_for``);
+- ``request``: the vocabulary (backends, runtimes, precisions, which pairs
+  exist, :class:`Choice`) and what a load asks for (:class:`BackendRequest`);
+- ``select``: the plan a load follows (``plan_load``) and the one call an
+  adapter's ``load`` makes (``select``), with its agreement rule;
 - ``seam``: :class:`Graph` (an adapter's network), :class:`Backend`, :class:`Runner`;
 - ``runtimes``: ONNX Runtime and OpenVINO settings (threads, precision hints);
 - ``runners``: the PyTorch, ONNX Runtime and OpenVINO runners;
@@ -14,101 +18,10 @@ One job per module:
 - ``artifacts`` (the on-disk cache) and ``store`` (a graph's exports in it);
 - ``timing``, ``agreement``, ``choice``, ``report``: how auto times, compares,
   chooses and logs its decision;
-- ``buckets``: a runtime forward's rows grouped by length (GLiClass, GLiNER, the embedder);
-- ``call_cost``: what one more runtime call costs a loaded runner, in tokens;
-- ``gliner``, ``gliclass``: the extractors' graphs and backends.
+- ``buckets``: a runtime forward's rows grouped by length;
+- ``call_cost``: what one more runtime call costs a loaded runner, in tokens.
 
-This module re-exports what adapters use, so they import one name: ``backends``.
+Nothing is re-exported here: a caller imports each name from its module, so
+that reading the vocabulary (the catalog, the adapter records) costs no more
+than ``request`` itself, without numpy or the runners.
 """
-
-from sift_server.adapters.backends.agreement import (
-    DEFAULT_COSINE,
-    DEFAULT_SCORE_RELATIVE,
-    Agree,
-    cosine_agreement,
-    score_agreement,
-)
-from sift_server.adapters.backends.choice import PROBE_VERSION, Evaluate, choose, choose_backend
-from sift_server.adapters.backends.report import summary
-from sift_server.adapters.backends.request import (
-    BACKENDS,
-    PRECISIONS,
-    REFERENCE,
-    SUPPORTED,
-    BackendName,
-    BackendRequest,
-    Choice,
-    PrecisionName,
-    available,
-    candidates,
-    is_explicit,
-    request_for,
-    torch_fp32_only,
-)
-from sift_server.adapters.backends.runners import OnnxRunner, OpenVinoRunner, TorchRunner
-from sift_server.adapters.backends.runtimes import (
-    OPENVINO_SHAPE_CACHE,
-    onnx_session_options,
-    openvino_config,
-    openvino_module,
-    openvino_precision,
-)
-from sift_server.adapters.backends.seam import Backend, Graph, Runner
-from sift_server.adapters.backends.store import Artifacts, open_runner
-from sift_server.adapters.backends.timing import (
-    NEAR_MARGIN,
-    TIMING_METHOD,
-    TIMING_ROUNDS,
-    Clock,
-    Verdict,
-    pick,
-    time_rounds,
-    timing_order,
-)
-
-__all__ = [
-    "BACKENDS",
-    "DEFAULT_COSINE",
-    "DEFAULT_SCORE_RELATIVE",
-    "NEAR_MARGIN",
-    "OPENVINO_SHAPE_CACHE",
-    "PRECISIONS",
-    "PROBE_VERSION",
-    "REFERENCE",
-    "SUPPORTED",
-    "TIMING_METHOD",
-    "TIMING_ROUNDS",
-    "Agree",
-    "Artifacts",
-    "Backend",
-    "BackendName",
-    "BackendRequest",
-    "Choice",
-    "Clock",
-    "Evaluate",
-    "Graph",
-    "OnnxRunner",
-    "OpenVinoRunner",
-    "PrecisionName",
-    "Runner",
-    "TorchRunner",
-    "Verdict",
-    "available",
-    "candidates",
-    "choose",
-    "choose_backend",
-    "cosine_agreement",
-    "is_explicit",
-    "onnx_session_options",
-    "open_runner",
-    "openvino_config",
-    "openvino_module",
-    "openvino_precision",
-    "pick",
-    "request_for",
-    "score_agreement",
-    "summary",
-    "time_rounds",
-    "timing_order",
-    "torch_fp32_only",
-]

@@ -42,6 +42,8 @@ Agree = Callable[[np.ndarray, np.ndarray], tuple[bool, float]]
 # What a ``choose_backend`` caller's probe evaluation returns (an array, or e.g.
 # GLiNER's entity spans).
 Out = TypeVar("Out")
+# Opens one choice of a graph, exporting through the store it is given.
+Opener = Callable[[Graph, Choice, BackendRequest, Artifacts | None], B]
 
 
 def choose(
@@ -59,10 +61,11 @@ def choose(
     length limit): a recorded decision holds only for the same. Returns the
     runner and a description for ``/v1/models`` (backend, precision, how it was
     chosen and, for ``auto``, what each candidate measured)."""
-    return choose_backend(graph, request, evaluate, agree, tolerance, _open_runner, probe_key=probe_key, clock=clock)
+    return choose_backend(graph, request, evaluate, agree, tolerance, open_runner, probe_key=probe_key, clock=clock)
 
 
-def _open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> Runner:
+def open_runner(graph: Graph, choice: Choice, request: BackendRequest, store: Artifacts | None) -> Runner:
+    """The :class:`Runner` of ``choice`` (PyTorch, or the store's export on a runtime)."""
     # Looked up when called, not bound once: tests replace ``store.open_runner``.
     return stores.open_runner(graph, choice, request, store)
 
@@ -73,7 +76,7 @@ def choose_backend(
     evaluate: Callable[[B], Out],
     agree: Callable[[Out, Out], tuple[bool, float]],
     tolerance: float,
-    opener: Callable[[Graph, Choice, BackendRequest, Artifacts | None], B],
+    opener: Opener[B],
     *,
     supported: Collection[Choice] | None = None,
     probe_key: str = "",
@@ -176,7 +179,7 @@ def _decide(
     agree: Callable[[Out, Out], tuple[bool, float]],
     tolerance: float,
     clock: Clock,
-    opener: Callable[[Graph, Choice, BackendRequest, Artifacts | None], B],
+    opener: Opener[B],
 ) -> tuple[B, dict[str, Any], dict[str, Any]]:
     """Open every candidate, keep those within tolerance, time them in
     interleaved rounds and ``pick``; returns the chosen runner (the others

@@ -5,7 +5,6 @@ to choose from."""
 from __future__ import annotations
 
 import importlib.util
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -13,11 +12,12 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from sift_server.adapters.base import LoadContext
 
-log = logging.getLogger(__name__)
-
 BackendName = Literal["auto", "torch", "onnx", "openvino"]
 PrecisionName = Literal["fp32", "bf16", "fp16", "int8"]
+# Where a forward can run: every backend name but ``auto``, which chooses among them.
+RuntimeName = Literal["torch", "onnx", "openvino"]
 BACKENDS: tuple[str, ...] = ("auto", "torch", "onnx", "openvino")
+RUNTIMES: tuple[str, ...] = ("torch", "onnx", "openvino")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "int8")
 # Which (backend, precision) pairs exist at all; int8 is never chosen by auto.
 SUPPORTED: frozenset[tuple[str, str]] = frozenset(
@@ -62,16 +62,22 @@ class BackendRequest:
     rechoose: bool = False
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        if self.backend != "auto" and self.precision is not None and (self.backend, self.precision) not in SUPPORTED:
-            raise ValueError(f"backend {self.backend} does not run precision {self.precision}")
-        if self.precision == "int8" and self.backend == "auto":
-            raise ValueError("int8 is never chosen automatically: name the backend (onnx) with precision int8")
+        check_pair(self.backend, self.precision)
         if self.device.startswith("cuda") and self.backend in ("onnx", "openvino"):
             raise ValueError(f"backend {self.backend} runs on the CPU here; use torch (or auto) on a GPU")
+
+
+def check_pair(backend: str, precision: str | None) -> None:
+    """Raise ValueError unless ``backend`` (or ``auto``) can run ``precision`` (or
+    any): the one rule the catalog and every request follow."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision == "int8" and backend == "auto":
+        raise ValueError("int8 is never chosen automatically: name the backend (onnx) with precision int8")
+    if backend != "auto" and precision is not None and (backend, precision) not in SUPPORTED:
+        raise ValueError(f"backend {backend} does not run precision {precision}")
 
 
 def candidates(request: BackendRequest) -> list[Choice]:
@@ -118,13 +124,3 @@ def request_for(
         rechoose=ctx.rechoose_backend,
         device=device,
     )
-
-
-def torch_fp32_only(kind: str, backend: str, precision: str | None) -> tuple[str, str | None]:
-    """The request with PyTorch at a reduced precision (``--backend torch:bf16``
-    for every entry) replaced by PyTorch fp32, for models whose library runs
-    PyTorch at fp32 only (the extractors)."""
-    if backend == "torch" and precision not in (None, "fp32"):
-        log.warning("%s runs PyTorch at fp32 only; ignoring precision %s", kind, precision)
-        return backend, "fp32"
-    return backend, precision

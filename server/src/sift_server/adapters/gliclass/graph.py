@@ -30,6 +30,7 @@ import numpy as np
 from sift_server.adapters.backends.buckets import run_grouped
 from sift_server.adapters.backends.request import REFERENCE, Choice
 from sift_server.adapters.backends.seam import Graph, Runner
+from sift_server.adapters.backends.select import Agreement
 
 if TYPE_CHECKING:
     import torch
@@ -98,7 +99,7 @@ class GliClassGraph(Graph):
         self.token_inputs = tuple(token_inputs)
         self.inputs = (*self.token_inputs, SLOTS)
         # Export the forward that runs the last encoder layer at the read positions
-        # only (``gliclass_export``); ``module()``, the reference, stays the library's.
+        # only (``gliclass/export``); ``module()``, the reference, stays the library's.
         self.prune_last_layer = prune_last_layer
 
     def build_module(self) -> torch.nn.Module:
@@ -123,7 +124,7 @@ class GliClassGraph(Graph):
 
         module = self.module()
         if self.prune_last_layer:
-            from sift_server.adapters.backends.gliclass_export import PrunedForward
+            from sift_server.adapters.gliclass.export import PrunedForward
 
             module = PrunedForward(self.classifier(), self.token_inputs).eval()
         names = self.dynamic_axes()
@@ -154,7 +155,7 @@ class GliClassGraph(Graph):
                 config._attn_implementation = value
 
     def key_parts(self) -> dict[str, Any]:
-        from sift_server.adapters.backends.gliclass_export import VERSION as pruned
+        from sift_server.adapters.gliclass.export import VERSION as pruned
 
         return {
             "gliclass": gliclass_version(),
@@ -233,3 +234,7 @@ def rank_agreement(tolerance: float) -> Callable[[Scores, Scores], tuple[bool, f
         return worst <= tolerance, worst
 
     return agree
+
+
+# auto's rule for GLiClass: the reference's ranking, and scores within 1e-3 unless the entry says.
+RANKS: Agreement[Scores] = Agreement(DEFAULT_SCORE_TOLERANCE, rank_agreement)

@@ -45,6 +45,7 @@ from sift_server.adapters.backends.runtimes import (
     openvino_precision,
 )
 from sift_server.adapters.backends.seam import Backend, Graph
+from sift_server.adapters.backends.select import Agreement
 from sift_server.adapters.backends.store import Artifacts
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 KIND = "gliner"
 # Part of the decision key: changing the probe texts, labels or rule decides again
 # (2: OpenVINO's IR got its LSTM rewrite, so decisions made on the old IR are redone;
-# 3: the exported markerV0 span layer is word-factored, ``gliner_export``).
+# 3: the exported markerV0 span layer is word-factored, ``gliner/export``).
 PROBE_VERSION = "3"
 # Scores are probabilities (0..1): the largest score difference a candidate may show
 # on a span both found. Float32 runtimes differ from PyTorch by ~1e-6 here.
@@ -114,7 +115,7 @@ class GlinerGraph(Graph):
         return model
 
     def export_onnx(self, dest: Path) -> None:
-        from sift_server.adapters.backends.gliner_export import factored_span_layer
+        from sift_server.adapters.gliner.export import factored_span_layer
 
         model: Any = self.module()
         # The TorchScript exporter warns about every data-dependent branch it traces;
@@ -129,7 +130,7 @@ class GlinerGraph(Graph):
                 shutil.copy2(path, dest / path.name)
 
     def key_parts(self) -> dict[str, Any]:
-        from sift_server.adapters.backends.gliner_export import VERSION as span_layer
+        from sift_server.adapters.gliner.export import VERSION as span_layer
 
         return {"gliner": gliner_version(), "span_layer": span_layer}
 
@@ -255,6 +256,10 @@ def span_agreement(tolerance: float) -> Callable[[Spans, Spans], tuple[bool, flo
         return worst <= tolerance, worst
 
     return agree
+
+
+# auto's rule for GLiNER: the reference's spans, and scores within 1e-3 unless the entry says.
+SPANS: Agreement[Spans] = Agreement(DEFAULT_SCORE_TOLERANCE, span_agreement)
 
 
 def spans(predictions: Sequence[Sequence[dict[str, Any]]]) -> Spans:

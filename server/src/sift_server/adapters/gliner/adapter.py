@@ -13,7 +13,7 @@ of texts, so the fused batch is one encoder forward; on a runtime one such call
 per group of texts of similar length (less padding).
 
 The GLiNER it calls is PyTorch's or one whose graph runs on ONNX Runtime or
-OpenVINO (``backends.gliner``): the entry's ``backend``; ``auto`` keeps a
+OpenVINO (``gliner/graph``): the entry's ``backend``; ``auto`` keeps a
 runtime only when its spans on the probe set are PyTorch fp32's.
 """
 
@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sift_server.adapters import backends
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -37,7 +36,7 @@ from sift_server.adapters._extract_common import (
 )
 from sift_server.adapters._probes import BATCH, GLINER_PROBE_LABELS, GLINER_PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
-from sift_server.adapters.backends import gliner as runtimes
+from sift_server.adapters.backends.select import may_run_torch, select
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -47,6 +46,7 @@ from sift_server.adapters.base import (
     Prepared,
     TaskInput,
 )
+from sift_server.adapters.gliner import graph as runtimes
 from sift_server.errors import InputTooLong, InvalidInput
 from sift_server.forward_io import split_by_parts
 
@@ -114,9 +114,7 @@ class GlinerAdapter(Adapter):
         threshold = catalog_threshold(ctx.options, DEFAULT_THRESHOLD)
         flat_ner = catalog_flag(ctx.options, "flat_ner", True)
         multi_label = catalog_flag(ctx.options, "multi_label", False)
-        backend, precision = backends.torch_fp32_only("gliner", ctx.backend, ctx.precision)
-        device = select_device(ctx.options) if backend in ("auto", "torch") else None
-        request = backends.request_for(ctx, str(device or "cpu"), backend=backend, precision=precision)
+        device = str(select_device(ctx.options) if may_run_torch(ctx.backend) else "cpu")
 
         def evaluate(candidate: runtimes.GlinerBackend) -> runtimes.Spans:
             found = candidate.model.inference(
@@ -129,16 +127,16 @@ class GlinerAdapter(Adapter):
             )
             return runtimes.spans(found)
 
-        tolerance = ctx.tolerance or runtimes.DEFAULT_SCORE_TOLERANCE
-        chosen, runtime = backends.choose_backend(
-            runtimes.GlinerGraph(ctx.path, request.device),
-            request,
+        chosen, runtime = select(
+            ctx,
+            runtimes.GlinerGraph(ctx.path, device),
             evaluate,
-            runtimes.span_agreement(tolerance),
-            tolerance,
+            runtimes.SPANS,
             runtimes.open_gliner,
+            device=device,
             supported=runtimes.SUPPORTED,
             probe_key=f"{runtimes.PROBE_VERSION}:{runtimes.gliner_version()}:{threshold}:{flat_ner}:{multi_label}",
+            fp32_torch_only=True,
         )
         model = chosen.model
         tokenizer = model.data_processor.transformer_tokenizer

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sift_server.adapters import backends
 from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
@@ -42,7 +41,11 @@ from sift_server.adapters._extract_common import (
 )
 from sift_server.adapters._probes import GLICLASS_PROBE_LABELS, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
-from sift_server.adapters.backends import gliclass as runtimes
+from sift_server.adapters.backends.choice import open_runner
+from sift_server.adapters.backends.request import REFERENCE
+from sift_server.adapters.backends.runners import TorchRunner
+from sift_server.adapters.backends.seam import Runner
+from sift_server.adapters.backends.select import select
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
@@ -52,6 +55,7 @@ from sift_server.adapters.base import (
     Prepared,
     TaskInput,
 )
+from sift_server.adapters.gliclass import graph as runtimes
 from sift_server.errors import InputTooLong, InvalidInput
 
 if TYPE_CHECKING:
@@ -85,7 +89,7 @@ class GliClassAdapter(Adapter):
     def __init__(
         self,
         pipeline: Any,
-        backend: backends.Runner,
+        backend: Runner,
         tokenizer: PreTrainedTokenizerBase,
         options: Mapping[str, Any],
         max_tokens: int,
@@ -122,7 +126,7 @@ class GliClassAdapter(Adapter):
         from gliclass import GLiClassModelConfig, ZeroShotClassificationPipeline
         from transformers import AutoTokenizer
 
-        from sift_server.adapters.backends.gliclass_export import prunable
+        from sift_server.adapters.gliclass.export import prunable
 
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
@@ -148,26 +152,25 @@ class GliClassAdapter(Adapter):
         labels = list(GLICLASS_PROBE_LABELS)
         probe = pipeline.pipe.prepare_inputs(list(PROBE_TEXTS), labels, same_labels=True)
 
-        def evaluate(runner: backends.Runner) -> np.ndarray:
+        def evaluate(runner: Runner) -> np.ndarray:
             logits = runtimes.served_logits(
                 runner, runtimes.feed(probe, graph.token_inputs, len(labels)), graph.token_inputs
             )
             return runtimes.probabilities(logits, len(labels), single_label)
 
-        tolerance = ctx.tolerance or runtimes.DEFAULT_SCORE_TOLERANCE
-        backend, precision = backends.torch_fp32_only("gliclass", ctx.backend, ctx.precision)
         exported = runtimes.exportable(config) and device.type == "cpu"
-        runner, runtime = backends.choose_backend(
+        runner, runtime = select(
+            ctx,
             graph,
-            backends.request_for(ctx, str(device), backend=backend, precision=precision),
             evaluate,
-            runtimes.rank_agreement(tolerance),
-            tolerance,
-            backends.open_runner,
-            supported=runtimes.SUPPORTED if exported else {backends.REFERENCE},
+            runtimes.RANKS,
+            open_runner,
+            device=str(device),
+            supported=runtimes.SUPPORTED if exported else {REFERENCE},
             probe_key=f"{runtimes.PROBE_VERSION}:{runtimes.gliclass_version()}:{single_label}:{max_tokens}",
+            fp32_torch_only=True,
         )
-        if isinstance(runner, backends.TorchRunner):
+        if isinstance(runner, TorchRunner):
             pipeline.pipe.model = runner.base_model()
             pipeline.pipe.device = runner.device
         else:
@@ -280,7 +283,7 @@ class GliClassAdapter(Adapter):
             rendered: str = self.pipeline.pipe.prepare_input(text, list(labels), examples, prompt or None)
             return rendered
         # Other architectures encode labels separately; the text side is this.
-        shots = self.pipeline.pipe._format_examples_for_input(examples) if examples else ""
+        shots = examples_prompt(self.pipeline.pipe, examples) if examples else ""
         return (f"{prompt} {text}" if prompt else text) + shots
 
     def _document_tokens(self, texts: list[str], prompt: str, examples: list[dict[str, Any]] | None) -> int:
@@ -289,7 +292,7 @@ class GliClassAdapter(Adapter):
         if prompt:
             extra += self._extra_count(prompt)
         if examples:
-            extra += self._extra_count(self.pipeline.pipe._format_examples_for_input(examples))
+            extra += self._extra_count(examples_prompt(self.pipeline.pipe, examples))
         return sum(self._counts(texts, special=False)) + extra * len(texts)
 
     def _counts(self, values: list[str], *, special: bool = True) -> list[int]:
@@ -370,6 +373,18 @@ class GliClassAdapter(Adapter):
 
 # Distinct instruction and examples strings whose counts are kept (then forgotten at once).
 _EXTRA_COUNTS_KEPT = 256
+
+
+def examples_prompt(pipe: Any, examples: list[dict[str, Any]]) -> str:
+    """Few-shot examples as the pipeline writes them into a text's input.
+
+    The pipeline's own method for this is private (``_format_examples_for_input``);
+    it passes the pipeline's example and separator tokens to the module's public
+    ``format_examples_prompt``, which is what is called here, with the same tokens."""
+    from gliclass.pipeline import format_examples_prompt
+
+    prompt: str = format_examples_prompt(examples, example_token=pipe.example_token, sep_token=pipe.sep_token)
+    return prompt
 
 
 def _rust_counter(tokenizer: PreTrainedTokenizerBase) -> Any:

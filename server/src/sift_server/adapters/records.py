@@ -1,0 +1,141 @@
+"""What each adapter is, one record per adapter: the catalog, the registry, the
+services and ``/v1/models`` read it, before (and without) importing the adapter's
+module, which pulls torch and its model library.
+
+Adding an adapter is one new module under ``adapters/`` (an :class:`Adapter`
+subclass) and one :class:`AdapterRecord` in ``RECORDS`` below
+(docs/architecture.md, "Adding an adapter")."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sift_server.adapters.backends.request import RUNTIMES, RuntimeName
+from sift_server.adapters.base import Adapter, InputKind, Task
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRecord:
+    """One adapter as the layers above ``adapters/`` know it."""
+
+    # The catalog's ``adapter:`` value.
+    name: str
+    # ``"package.module:Class"``, imported at the first load of a model of this adapter.
+    target: str
+    # What a catalog entry of this adapter may list under ``tasks``.
+    tasks: frozenset[Task]
+    # What its requests' items may carry.
+    inputs: tuple[InputKind, ...] = ("text",)
+    # What ``encode`` returns (``dense``, ``sparse``, ``multivector``): ``/v1/models``
+    # says it before the model loads. Required with the encode task, empty without.
+    encode_outputs: tuple[str, ...] = ()
+    # Whether ``extract`` reads ``params.output_schema`` (structured extraction).
+    structured_extract: bool = False
+    # Where its forward can run. More than one: the adapter chooses through
+    # ``backends.select`` and an ``auto`` entry serves on the reference while
+    # ``auto`` decides; one: entries run there and nothing is decided.
+    backends: frozenset[RuntimeName] = frozenset({"torch"})
+
+    def __post_init__(self) -> None:
+        module, _, attribute = self.target.partition(":")
+        if not (self.name and module and attribute):
+            raise ValueError(f"adapter record {self.name!r}: target must be 'module:Class', not {self.target!r}")
+        if not self.tasks or not self.inputs or not self.backends:
+            raise ValueError(f"adapter record {self.name!r}: tasks, inputs and backends must not be empty")
+        if ("encode" in self.tasks) != bool(self.encode_outputs):
+            raise ValueError(f"adapter record {self.name!r}: encode_outputs go with the encode task, and only with it")
+        if self.structured_extract and "extract" not in self.tasks:
+            raise ValueError(f"adapter record {self.name!r}: structured_extract needs the extract task")
+        unknown = set(self.backends) - set(RUNTIMES)
+        if unknown:
+            raise ValueError(f"adapter record {self.name!r}: unknown backends {sorted(unknown)}")
+
+    def adapter_class(self) -> type[Adapter]:
+        module_name, _, attribute = self.target.partition(":")
+        cls: object = getattr(importlib.import_module(module_name), attribute)
+        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+            raise TypeError(f"{self.target} is not an Adapter")
+        return cls
+
+
+# Every runtime: the adapter builds its network as a ``backends.Graph`` and
+# chooses through ``backends.select``.
+_ANY_RUNTIME: frozenset[RuntimeName] = frozenset({"torch", "onnx", "openvino"})
+
+_RECORDS: dict[str, AdapterRecord] = {
+    record.name: record
+    for record in (
+        AdapterRecord(
+            name="sentence-embedder",
+            target="sift_server.adapters.sentence_embedder:SentenceEmbedderAdapter",
+            tasks=frozenset({"encode"}),
+            encode_outputs=("dense",),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
+            name="cross-encoder",
+            target="sift_server.adapters.cross_encoder:CrossEncoderAdapter",
+            tasks=frozenset({"score"}),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
+            name="gliner",
+            target="sift_server.adapters.gliner.adapter:GlinerAdapter",
+            tasks=frozenset({"extract"}),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
+            name="gliclass",
+            target="sift_server.adapters.gliclass.adapter:GliClassAdapter",
+            tasks=frozenset({"extract"}),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
+            name="sparse-encoder",
+            target="sift_server.adapters.sparse_encoder:SparseEncoderAdapter",
+            tasks=frozenset({"encode"}),
+            encode_outputs=("sparse",),
+        ),
+        AdapterRecord(
+            name="colbert",
+            target="sift_server.adapters.colbert:ColbertAdapter",
+            tasks=frozenset({"encode", "score"}),
+            encode_outputs=("multivector",),
+        ),
+        AdapterRecord(
+            name="clip",
+            target="sift_server.adapters.clip:ClipAdapter",
+            tasks=frozenset({"encode"}),
+            inputs=("text", "image"),
+            encode_outputs=("dense",),
+        ),
+        AdapterRecord(
+            name="nli",
+            target="sift_server.adapters.nli:NliAdapter",
+            tasks=frozenset({"extract"}),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
+            name="gliner2",
+            target="sift_server.adapters.gliner2_extractor:Gliner2Adapter",
+            tasks=frozenset({"extract"}),
+            structured_extract=True,
+        ),
+    )
+}
+
+RECORDS: Mapping[str, AdapterRecord] = _RECORDS
+
+
+def record_of(name: str) -> AdapterRecord:
+    """The record of adapter ``name`` (KeyError for an unknown name: the catalog
+    refuses those at start)."""
+    return _RECORDS[name]
+
+
+def register(record: AdapterRecord) -> None:
+    """Make an adapter outside this package known to this process's catalog (the
+    bench's and the cluster tests' sleeping adapter)."""
+    _RECORDS[record.name] = record
