@@ -29,26 +29,28 @@ def weights_folder(spec: ModelSpec) -> Path:
     return Path(snapshot_download(spec.source.hf, revision=spec.source.revision))
 
 
-def backend_override() -> tuple[str | None, str | None]:
-    """``SIFT_BACKEND`` (``backend`` or ``backend:precision``) replaces every
-    entry's backend and precision: ``sift serve --backend`` and the bench's
-    backend arms set it."""
-    value = os.environ.get("SIFT_BACKEND", "").strip()
-    if not value:
+def split_backend(override: str | None) -> tuple[str | None, str | None]:
+    """The backend setting (``backend`` or ``backend:precision``) as (backend, precision);
+    (None, None) when there is none and each entry's own backend holds."""
+    if not override or not override.strip():
         return None, None
-    backend, _, precision = value.partition(":")
+    backend, _, precision = override.strip().partition(":")
     return backend.strip(), (precision.strip() or None)
 
 
-def rechoose_backend() -> bool:
-    """``SIFT_RECHOOSE_BACKEND`` (``1``, ``true``, ``yes`` or ``on``): ``auto``
-    times the candidates again instead of reusing the recorded decision, and
-    records the new one. ``sift serve --rechoose-backend`` sets it."""
-    return os.environ.get("SIFT_RECHOOSE_BACKEND", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
-    backend, precision = backend_override()
+def load_adapter(
+    spec: ModelSpec,
+    torch_threads: int = 0,
+    *,
+    backend_override: str | None = None,
+    rechoose_backend: bool = False,
+    cache_dir: Path | None = None,
+) -> Adapter:
+    """``backend_override`` (the backend setting) replaces every entry's backend and
+    precision; ``rechoose_backend``: ``auto`` times the candidates again instead of
+    reusing the recorded decision; ``cache_dir``: exported artifacts and decisions
+    (None: the artifact store's default)."""
+    backend, precision = split_backend(backend_override)
     if backend is None:
         backend, precision = spec.backend, spec.precision
     if spec.loras and (backend, precision) != ("torch", "fp32"):
@@ -63,7 +65,8 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
         backend=backend,
         precision=precision,
         tolerance=spec.tolerance,
-        rechoose_backend=rechoose_backend(),
+        rechoose_backend=rechoose_backend,
+        cache_dir=cache_dir,
     )
     adapter_type = adapter_class(spec.adapter)
     if backend in ("torch", "auto") and adapter_type.transformers_models:

@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 from sift_server.adapters.base import Adapter, LoadContext, Part, Prepared, TaskInput
 from sift_server.registry.adapters import TORCH_ONLY
 from sift_server.registry.catalog import ModelSpec
-from sift_server.registry.loader import backend_override
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +39,10 @@ DECIDE_NICE = 19
 PENDING = "auto: exporting and timing the candidates in the background; serving on torch fp32 meanwhile"
 
 
-def decides_in_background(spec: ModelSpec) -> bool:
-    """Entries that serve on torch fp32 first: ``auto`` and not overridden by
-    ``SIFT_BACKEND``; an entry with LoRAs, or of a PyTorch-only adapter, runs on torch anyway."""
-    backend, _ = backend_override()
-    return backend is None and spec.backend == "auto" and not spec.loras and spec.adapter not in TORCH_ONLY
+def decides_in_background(spec: ModelSpec, backend_override: str | None = None) -> bool:
+    """Entries that serve on torch fp32 first: ``auto`` and not overridden by the
+    backend setting; an entry with LoRAs, or of a PyTorch-only adapter, runs on torch anyway."""
+    return not backend_override and spec.backend == "auto" and not spec.loras and spec.adapter not in TORCH_ONLY
 
 
 def first_spec(spec: ModelSpec) -> ModelSpec:
