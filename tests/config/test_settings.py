@@ -116,3 +116,12 @@ def test_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("SIFT_RECHOOSE_BACKEND", "")
     settings = Settings()
     assert settings.backend is None and settings.rechoose_backend is False
+
+
+def test_docs_configuration_lists_every_setting_with_its_flag_and_variable() -> None:
+    import re
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    rows = re.findall(r"^\| `([a-z_]+)` \| `(--[a-z-]+)` \| `(SIFT_[A-Z_]+)` \|", docs.read_text(), flags=re.MULTILINE)
+    expected = [(name, flag(group, name), variable(name)) for group in GROUPS.values() for name in group.model_fields]
+    assert sorted(rows) == sorted(expected)

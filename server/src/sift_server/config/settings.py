@@ -142,13 +142,6 @@ class EngineSettings(BaseModel):
             )
         return value.strip()
 
-    def backend_override(self) -> tuple[str | None, str | None]:
-        """``backend`` as (backend, precision); (None, None) when the catalog decides."""
-        if not self.backend:
-            return None, None
-        backend, _, precision = self.backend.partition(":")
-        return backend, precision or None
-
 
 class MemorySettings(BaseModel):
     """How much the models may take, and where exported artifacts are kept."""
@@ -159,6 +152,11 @@ class MemorySettings(BaseModel):
     cache_dir: Path | None = setting(
         None, "Exported models and backend decisions (default $XDG_CACHE_HOME/sift/artifacts)."
     )
+
+
+class HeapSettings(BaseModel):
+    """glibc's heap in the processes that serve HTTP (``sift serve``, ``sift gateway``)."""
+
     malloc_arena_max: int = setting(2, "glibc only: cap the malloc arenas (0: glibc's default of 8 per core).", ge=0)
     malloc_trim_s: float = setting(
         10.0, "Collect garbage and return freed heap to the OS this often (0: never), so RSS stays flat.", ge=0
@@ -200,6 +198,7 @@ GROUPS: dict[str, type[BaseModel]] = {
     "limits": LimitsSettings,
     "engine": EngineSettings,
     "memory": MemorySettings,
+    "heap": HeapSettings,
     "cluster": ClusterSettings,
     "gateway": GatewaySettings,
     "worker": WorkerSettings,
@@ -213,6 +212,7 @@ class Settings(
     LimitsSettings,
     EngineSettings,
     MemorySettings,
+    HeapSettings,
     ClusterSettings,
     GatewaySettings,
     WorkerSettings,
