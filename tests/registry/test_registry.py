@@ -47,6 +47,7 @@ class FakeAdapter(Adapter):
 # As the suite pins servers (tests/conftest.py): every entry on torch fp32, no decision in the background.
 PINNED = "torch:fp32"
 
+
 def catalog(*names: str) -> Catalog:
     return Catalog(ModelSpec(name=n, adapter="sentence-embedder", source={"hf": n}, tasks=["encode"]) for n in names)
 
