@@ -74,7 +74,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(autouse=True)
 def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in tracing.ENDPOINT_VARIABLES:
+    for name in ("SIFT_OTLP_ENDPOINT", tracing.OTEL_ENDPOINT_VARIABLE):
         monkeypatch.delenv(name, raising=False)
     tracing.disable()
     yield

@@ -336,12 +336,14 @@ def test_rechoose_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
             seen.append(ctx.rechoose_backend)
 
     monkeypatch.setattr(loader, "adapter_class", lambda name: Recorder)
+    from sift_server.config import Settings
+
     for value, expected in (("1", True), ("true", True), ("0", False), ("", False)):
         monkeypatch.setenv("SIFT_RECHOOSE_BACKEND", value)
-        loader.load_adapter(load_spec(path), torch_threads=1)
+        loader.load_adapter(load_spec(path), torch_threads=1, rechoose_backend=Settings().rechoose_backend)
         assert seen.pop() is expected
     monkeypatch.delenv("SIFT_RECHOOSE_BACKEND")
-    loader.load_adapter(load_spec(path), torch_threads=1)
+    loader.load_adapter(load_spec(path), torch_threads=1, rechoose_backend=Settings().rechoose_backend)
     assert seen.pop() is False
 
 

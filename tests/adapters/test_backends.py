@@ -405,15 +405,12 @@ def test_catalog_rejects_int8_off_onnx(tmp_path: Path) -> None:
     assert (spec.backend, spec.precision) == ("auto", None)
 
 
-def test_backend_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sift_server.registry.loader import backend_override
+def test_backend_override() -> None:
+    from sift_server.registry.loader import split_backend
 
-    monkeypatch.setenv("SIFT_BACKEND", "openvino:fp32")
-    assert backend_override() == ("openvino", "fp32")
-    monkeypatch.setenv("SIFT_BACKEND", "onnx")
-    assert backend_override() == ("onnx", None)
-    monkeypatch.delenv("SIFT_BACKEND")
-    assert backend_override() == (None, None)
+    assert split_backend("openvino:fp32") == ("openvino", "fp32")
+    assert split_backend("onnx") == ("onnx", None)
+    assert split_backend(None) == split_backend("") == (None, None)
 
 
 def test_rust_tokenizer_matches_transformers() -> None:

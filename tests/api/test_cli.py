@@ -48,22 +48,27 @@ def test_serve_flags_reach_uvicorn(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == {"keep_alive": 30, "port": 8123, "policy": "timed"}
 
 
-def test_rechoose_backend_flag_reaches_the_model_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_backend_flags_reach_the_model_loader_and_leave_the_environment_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import os
 
-    from sift_server.registry.loader import rechoose_backend
     from sift_server.server import DrainingServer
 
-    monkeypatch.delenv("SIFT_RECHOOSE_BACKEND", raising=False)  # restored after the test
+    monkeypatch.delenv("SIFT_RECHOOSE_BACKEND", raising=False)
+    before = dict(os.environ)
     seen: dict[str, object] = {}
 
     def fake_run(self: DrainingServer, sockets: object = None) -> None:
-        seen["env"] = os.environ.get("SIFT_RECHOOSE_BACKEND")
-        seen["loader"] = rechoose_backend()
+        registry = self.sift_state.registry
+        keywords = registry._loader.keywords  # type: ignore[attr-defined]  # the composition's partial
+        seen["loader"] = (keywords["backend_override"], keywords["rechoose_backend"])
+        seen["registry"] = registry.backend_override
 
     monkeypatch.setattr(DrainingServer, "run", fake_run)
-    assert main(["serve", "--rechoose-backend"]) == 0
-    assert seen == {"env": "1", "loader": True}
+    assert main(["serve", "--rechoose-backend", "--backend", "onnx:int8"]) == 0
+    assert seen == {"loader": ("onnx:int8", True), "registry": "onnx:int8"}
+    assert dict(os.environ) == before
 
 
 @pytest.mark.parametrize(

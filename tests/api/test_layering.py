@@ -12,7 +12,7 @@ import sift_server
 
 ROOT = Path(sift_server.__file__).parents[1]
 BELOW = ("core", "composition", "service", "engine", "registry", "wire", "adapters", "errors", "config", "metrics")
-TRANSPORTS = ("api", "cluster", "cli", "serve_args", "server", "processes")
+TRANSPORTS = ("api", "cluster", "cli", "server", "processes")
 
 
 def _modules() -> dict[str, Path]:

@@ -28,11 +28,14 @@ def test_backend_arm_passes_the_backend_to_the_server() -> None:
         backend_arm("tensorrt")
 
 
-def test_serve_accepts_the_backend_flag() -> None:
+def test_serve_accepts_the_backend_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from sift_server.cli import main
+
     args = build_parser().parse_args(["serve", "--backend", "openvino:bf16"])
     assert args.backend == "openvino:bf16"
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--backend", "cuda"])
+    # Checked with the settings (the same message for the flag and SIFT_BACKEND), before anything starts.
+    assert main(["serve", "--backend", "cuda"]) == 2
+    assert "BACKEND[:PRECISION]" in capsys.readouterr().err
 
 
 def test_server_cpu_sampler_reads_a_process() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +17,13 @@ from sift_bench.report.markdown import markdown, summary_rows
 from sift_bench.report.replay_analysis import replay_figures
 from sift_bench.report.stats import geometric_ratio
 from sift_bench.report.targets import evaluate
+from sift_bench.run.ceiling import load_model, runtime_of
 from sift_bench.run.replay import ReplaySetup, build_forward, combine, describe, replay_env, replay_phase, server_cut
 from sift_bench.run.replay_plan import ReplayForward, cap, phase_forwards, plan_phase
 from sift_server.adapters.base import EncodeTask, Part, Prepared
 from sift_server.engine.trace import ForwardRecord
 from tests.bench.test_bench_report import make_results, make_run
+from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 
 
 def record(forward_id: int, ids: list[str], items: int, start: float, *, error: str | None = None) -> ForwardRecord:
@@ -266,3 +269,16 @@ def test_the_replay_child_runs_the_backend_its_server_ran(monkeypatch: pytest.Mo
     monkeypatch.delenv("SIFT_BACKEND")
     assert "SIFT_BACKEND" not in replay_env(setup)
     assert replay_env(dataclasses.replace(setup, backend="openvino:fp32"))["SIFT_BACKEND"] == "openvino:fp32"
+
+
+def test_the_replay_child_loads_on_the_backend_in_its_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The child reads SIFT_BACKEND through the server's settings (the loader takes the
+    # backend as a value): without it the tiny entry's ``auto`` would time every candidate.
+    model_dir = build_tiny_embedder(tmp_path / "model")
+    write_catalog_entry(tmp_path / "catalog", model_dir)
+    monkeypatch.setenv("SIFT_BACKEND", "torch:fp32")
+    monkeypatch.setenv("SIFT_CACHE_DIR", str(tmp_path / "cache"))
+    adapter = load_model(TINY_EMBEDDER, [tmp_path / "catalog"], torch_threads=1)
+    assert runtime_of(adapter) == "torch fp32"

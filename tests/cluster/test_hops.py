@@ -1,4 +1,4 @@
-"""The queue path's timing headers (pure functions)."""
+"""The queue path's timing headers (pure functions), and the setting that turns the stamps on."""
 
 from __future__ import annotations
 
@@ -7,13 +7,11 @@ import pytest
 from sift_server.cluster.hops import (
     GATEWAY_TIME,
     QUEUE_TIME,
-    STAMPS_ENV,
     WORKER_TIME,
     format_stamps,
     gateway_header,
     parse_stamps,
     stamp,
-    stamps_enabled,
     worker_headers,
 )
 
@@ -49,9 +47,19 @@ def test_unreadable_stamps_are_skipped() -> None:
 
 
 def test_stamps_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(STAMPS_ENV, raising=False)
-    assert not stamps_enabled()
-    monkeypatch.setenv(STAMPS_ENV, "0")
-    assert not stamps_enabled()
-    monkeypatch.setenv(STAMPS_ENV, "1")
-    assert stamps_enabled()
+    from sift_server.cli import build_parser
+    from sift_server.cluster.cli import worker_setup
+
+    monkeypatch.delenv("SIFT_HOP_STAMPS", raising=False)
+    for env, flags, expected in (
+        (None, [], False),
+        ("0", [], False),
+        ("1", [], True),
+        ("1", ["--no-hop-stamps"], False),
+        (None, ["--hop-stamps"], True),
+    ):
+        if env is not None:
+            monkeypatch.setenv("SIFT_HOP_STAMPS", env)
+        setup = worker_setup(build_parser().parse_args(["worker", *flags]))
+        assert setup is not None
+        assert setup[1].hop_stamps is expected, (env, flags)

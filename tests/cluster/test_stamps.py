@@ -1,4 +1,4 @@
-"""The hop's stamps (SIFT_HOP_STAMPS=1) through real processes, and the
+"""The hop's stamps (--hop-stamps, SIFT_HOP_STAMPS=1) through real processes, and the
 benchmark's worker that is also a sift serve (tests/cluster/dual.py)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sift_server.cluster.hops import STAGES, STAMPS, STAMPS_ENV, parse_stamps
+from sift_server.cluster.hops import STAGES, STAMPS, parse_stamps
 from sift_server.cluster.local import LocalCluster
+from sift_server.config.settings import variable
 from sift_server.processes import free_port, spawn
 from tests.cluster.conftest import post, start_cluster, wait_for, wait_workers
 from tests.cluster.sleeper import write_sleeper_entry
@@ -25,7 +26,7 @@ def stamped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     root = tmp_path_factory.mktemp("stamps")
     catalog = root / "catalog"
     write_sleeper_entry(catalog, MODEL, 5)
-    os.environ[STAMPS_ENV] = "1"
+    os.environ[variable("hop_stamps")] = "1"
     try:
         cluster = start_cluster(root / "cluster", 0, [], ["--catalog", str(catalog), "--model", MODEL])
         port = free_port()
@@ -49,7 +50,7 @@ def stamped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         )
         cluster.workers.append(dual)
     finally:
-        os.environ.pop(STAMPS_ENV, None)
+        os.environ.pop(variable("hop_stamps"), None)
     try:
         wait_workers(cluster, MODEL, {"w-dual"})
         yield cluster, f"http://127.0.0.1:{port}"

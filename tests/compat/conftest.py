@@ -93,7 +93,8 @@ def gateway(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """A gateway (with the API key) and one worker serving ``CLUSTER_MODELS``."""
     root = tmp_path_factory.mktemp("compat-cluster")
     args = _model_args(catalog, CLUSTER_MODELS)
-    cluster = start_cluster(root, 0, [], [*args, "--api-key", KEY])
+    # The gateway loads no model: the catalog and the default model only (it refuses --preload).
+    cluster = start_cluster(root, 0, [], ["--catalog", str(catalog), "--model", CLUSTER_MODELS[0], "--api-key", KEY])
     try:
         add_worker(cluster, "w-compat", [*args, "--no-calibrate", "--torch-threads", "1"])
         for model in CLUSTER_MODELS:

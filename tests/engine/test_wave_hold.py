@@ -123,7 +123,7 @@ def test_a_slowly_read_wave_is_held_until_all_of_it_is_back() -> None:
 
 def test_with_a_fixed_ten_millisecond_bound_the_same_wave_is_cut() -> None:
     # The rule before the bound scaled with the forward: stragglers miss their wave.
-    s = Scheduler(AdaptivePolicy(wave_share=0.0), SchedulerConfig(shared_core=True, wave_share=0.0))
+    s = Scheduler(AdaptivePolicy(), SchedulerConfig(shared_core=True, wave_share=0.0))
     s.seed_costs([(16, 0.020), (256, 0.130), (512, 0.240)])
     loop = closed_loop(s, 16)
     assert all(size < 32 for size in sizes(loop)[-6:])

@@ -78,22 +78,19 @@ class Chooser:
         return adapter
 
 
-def registry(loader: Any, backend: str = "auto") -> Registry:
+def registry(loader: Any, backend: str = "auto", backend_override: str | None = None) -> Registry:
     def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
         return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
 
     spec = ModelSpec(name="m", adapter="sentence-embedder", source={"hf": "m"}, tasks=["encode"], backend=backend)
-    return Registry(Catalog([spec]), factory, memory_budget_bytes=100 * MB, loader=loader)
+    return Registry(
+        Catalog([spec]), factory, memory_budget_bytes=100 * MB, loader=loader, backend_override=backend_override
+    )
 
 
 def answer(adapter: Adapter) -> str:
     [[value]] = adapter.forward([Part(Prepared([1], None, None), 0, 1)])
     return str(value)
-
-
-@pytest.fixture(autouse=True)
-def _auto_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SIFT_BACKEND", raising=False)  # the suite pins torch:fp32
 
 
 async def test_ready_on_torch_before_the_decision_then_switches(caplog: pytest.LogCaptureFixture) -> None:
@@ -154,11 +151,10 @@ async def test_an_explicit_backend_loads_once(backend: str) -> None:
     assert not isinstance(record.adapter, SwitchingAdapter)
 
 
-async def test_sift_backend_override_loads_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SIFT_BACKEND", "openvino")
+async def test_sift_backend_override_loads_once() -> None:
     chooser = Chooser()
     chooser.gate.set()
-    record = await registry(chooser).load_now("m")
+    record = await registry(chooser, backend_override="openvino").load_now("m")
     assert chooser.asked == ["auto"] and record.decide_task is None
 
 

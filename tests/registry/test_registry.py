@@ -44,6 +44,10 @@ class FakeAdapter(Adapter):
         self.closed = True
 
 
+# As the suite pins servers (tests/conftest.py): every entry on torch fp32, no decision in the background.
+PINNED = "torch:fp32"
+
+
 def catalog(*names: str) -> Catalog:
     return Catalog(ModelSpec(name=n, adapter="sentence-embedder", source={"hf": n}, tasks=["encode"]) for n in names)
 
@@ -62,7 +66,13 @@ def registry(
 
     extra = {"clock": clock} if clock is not None else {}
     return Registry(
-        catalog(*names), factory, memory_budget_bytes=budget_mb * MB, loader=loader, recent_use_s=recent_use_s, **extra
+        catalog(*names),
+        factory,
+        memory_budget_bytes=budget_mb * MB,
+        loader=loader,
+        recent_use_s=recent_use_s,
+        backend_override=PINNED,
+        **extra,
     )
 
 
@@ -218,7 +228,13 @@ async def test_a_request_answered_just_before_its_model_is_evicted_still_gets_it
         def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
             return [[np.zeros(2, dtype=np.float32)] * (p.stop - p.start) for p in parts]
 
-    reg = Registry(catalog("a"), factory, memory_budget_bytes=100 * MB, loader=lambda spec: VectorAdapter(MB))
+    reg = Registry(
+        catalog("a"),
+        factory,
+        memory_budget_bytes=100 * MB,
+        loader=lambda spec: VectorAdapter(MB),
+        backend_override=PINNED,
+    )
     reg_holder.append(reg)
     await reg.load_now("a")
     prep = PrepThread()

@@ -6,6 +6,7 @@ Serving:
   gateway     the HTTP API with no model, sending work to workers over NATS JetStream
   worker      load models and serve their work from NATS JetStream
   cluster     a NATS server, a gateway and N workers on one machine, to try scale-out
+  config      print a command's effective settings: value and source (flag, SIFT_* variable, default)
 
 Measuring:
   bench       compare batching policies or code revisions through the HTTP API
@@ -24,12 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sift_server.serve_args import add_serve_arguments, settings_from_args
+from sift_server.config.flags import COMMAND_GROUPS, add_setting_flags, flag_values, make_settings, settings_from_args
 
 
 def _add_serve(subparsers: Any) -> None:
     p = subparsers.add_parser("serve", help="Serve models over HTTP (the default model loads before ready).")
-    add_serve_arguments(p)
+    add_setting_flags(p, COMMAND_GROUPS["serve"])
     p.set_defaults(handler=_serve)
 
 
@@ -37,7 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
     from sift_server.registry.catalog import CatalogError
     from sift_server.server import serve
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, COMMAND_GROUPS["serve"])
     if settings is None:
         return 2
     try:
@@ -45,6 +46,33 @@ def _serve(args: argparse.Namespace) -> int:
     except CatalogError as exc:
         print(f"sift: catalog error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _add_config(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "config",
+        help="Print a command's effective settings (value, and source: flag, SIFT_* variable or default).",
+        description="sift config [--json] [serve|worker|gateway] [that command's flags]: every setting the command "
+        "would run with, where each value came from, and its flag and variable.",
+    )
+    p.add_argument("target", nargs="?", choices=tuple(COMMAND_GROUPS), default="serve", help="The command (serve).")
+    p.add_argument("--json", action="store_true", help="Print JSON.")
+    p.add_argument("flags", nargs=argparse.REMAINDER, help="Flags of that command.")
+    p.set_defaults(handler=_config)
+
+
+def _config(args: argparse.Namespace) -> int:
+    from sift_server.config.effective import effective, render
+
+    target = argparse.ArgumentParser(prog=f"sift config {args.target}")
+    groups = COMMAND_GROUPS[args.target]
+    add_setting_flags(target, groups)
+    flags = flag_values(target.parse_args(args.flags), groups)
+    settings = make_settings(flags)
+    if settings is None:
+        return 2
+    print(render(effective(settings, groups, flags), as_json=args.json))
     return 0
 
 
@@ -142,6 +170,7 @@ def _own_parser() -> tuple[argparse.ArgumentParser, Any]:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_serve(subparsers)
     _add_models(subparsers)
+    _add_config(subparsers)
     for registrar in BUILTIN_COMMANDS:
         module, _, function = registrar.partition(":")
         getattr(importlib.import_module(module), function)(subparsers)

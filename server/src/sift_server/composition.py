@@ -17,7 +17,7 @@ from sift_server.engine.batch_queue import Caps
 from sift_server.engine.policy import make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.trace import JsonlTrace, TraceSink
-from sift_server.engine.worker import ModelWorker, WorkerConfig
+from sift_server.engine.worker import SERVING_FORWARD_NICE, ModelWorker, WorkerConfig
 from sift_server.metrics import Metrics
 from sift_server.registry.calibrate import Curve, load_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
@@ -39,13 +39,8 @@ def build_state(
             raise CatalogError(f"model {name!r} is not in the catalog; known: {', '.join(catalog.names())}")
     metrics = Metrics(frozenset(catalog.names()))
     trace: TraceSink | None = JsonlTrace(settings.trace_file) if settings.trace_file else None
-    policy = make_policy(
-        settings.policy,
-        max_hold_ms=settings.max_hold_ms,
-        max_burst_hold_ms=settings.max_burst_hold_ms,
-        idle_coalesce_ms=settings.idle_coalesce_ms,
-        max_wait_ms=settings.max_batch_wait_ms,
-    )
+    # The operator bounds the batching; the batching model's constants are the engine's own.
+    policy = make_policy(settings.policy, max_hold_ms=settings.max_hold_ms, max_wait_ms=settings.max_batch_wait_ms)
 
     def worker_factory(spec: ModelSpec, adapter: Adapter, curve: Curve | None) -> ModelWorker:
         batching = spec.batching
@@ -58,13 +53,9 @@ def build_state(
             load_caps=load_caps(curve, caps),
             max_queue_items=batching.max_queue_items or settings.max_queue_items,
             queue_timeout=settings.queue_timeout_s,
-            link_gap=settings.link_gap_ms / 1000,
-            busy_link_gap=settings.busy_link_gap_ms / 1000,
-            quiet_gap=settings.quiet_gap_ms / 1000,
-            return_horizon=settings.return_horizon_ms / 1000,
             shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
         )
-        config = WorkerConfig(scheduler=scheduling, forward_nice=settings.forward_nice)
+        config = WorkerConfig(scheduler=scheduling, forward_nice=SERVING_FORWARD_NICE)
         spans = forward_spans(lambda: str(adapter.info.runtime.get("backend", "torch")))
         worker = ModelWorker(
             spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward, spans]
@@ -77,9 +68,17 @@ def build_state(
         catalog,
         worker_factory,
         memory_budget_bytes=settings.memory_budget_mb * 2**20,
-        loader=loader or partial(load_adapter, torch_threads=settings.torch_threads),
+        loader=loader
+        or partial(
+            load_adapter,
+            torch_threads=settings.torch_threads,
+            backend_override=settings.backend,
+            rechoose_backend=settings.rechoose_backend,
+            cache_dir=settings.cache_dir,
+        ),
         calibrate=settings.calibrate,
         recent_use_s=settings.evict_idle_s,
+        backend_override=settings.backend,
     )
     metrics.watch_models(registry.model_states)
     tracing.start(settings.otlp_endpoint)

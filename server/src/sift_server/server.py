@@ -140,6 +140,9 @@ class DrainingServer(uvicorn.Server):
 
     async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
         self._loop = asyncio.get_running_loop()
+        # Before the lifespan loads the models (sift serve) or the gateway connects.
+        if limit_malloc_arenas(self.sift_state.settings.malloc_arena_max):
+            log.info("malloc arenas capped at %d", self.sift_state.settings.malloc_arena_max)
         self._trim = self._loop.create_task(
             reclaim_memory_periodically(self.sift_state.settings.malloc_trim_s), name="reclaim-memory"
         )
@@ -202,8 +205,6 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 def serve(settings: Settings) -> None:
     configure_logging(settings)
     tune_collector()
-    if limit_malloc_arenas(settings.malloc_arena_max):
-        log.info("malloc arenas capped at %d", settings.malloc_arena_max)
     state = build_state(settings)
     app = create_app(state)
     DrainingServer(uvicorn_config(app, settings), state).run()

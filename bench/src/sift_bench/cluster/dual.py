@@ -11,6 +11,7 @@ moment of the machine's load: their difference is the hop and nothing else.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
@@ -20,12 +21,16 @@ from sift_bench.cluster.sleeper import register
 
 async def run(argv: Sequence[str]) -> int:
     from sift_server.api.app import create_app
-    from sift_server.cli import build_parser
     from sift_server.cluster.cli import worker_setup
     from sift_server.cluster.worker import StreamWorker, served_models
+    from sift_server.config.flags import COMMAND_GROUPS, add_setting_flags
     from sift_server.server import DrainingServer, configure_logging, uvicorn_config
 
-    setup = worker_setup(build_parser().parse_args(["worker", *argv]))
+    # sift worker's settings and the HTTP server's (--host, --port, ...).
+    groups = (*COMMAND_GROUPS["worker"], "server")
+    parser = argparse.ArgumentParser(prog="dual")
+    add_setting_flags(parser, groups)
+    setup = worker_setup(parser.parse_args(argv), groups)
     if setup is None:
         return 2
     settings, options = setup

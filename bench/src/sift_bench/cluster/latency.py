@@ -31,7 +31,8 @@ from sift_bench.cluster.common import (
     sleeper_catalog,
     wait_ready,
 )
-from sift_server.cluster.hops import STAGES, STAMPS, STAMPS_ENV, parse_stamps
+from sift_server.cluster.hops import STAGES, STAMPS, parse_stamps
+from sift_server.config.settings import variable
 from sift_server.processes import free_port, spawn, start_nats
 from sift_server.server import run_event_loop  # as the gateway (uvicorn) and the worker run
 
@@ -151,7 +152,7 @@ def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="sift-lat-interleaved-"))
     setup = Setup(folder)
     if args.stamps:
-        os.environ[STAMPS_ENV] = "1"
+        os.environ[variable("hop_stamps")] = "1"
     model, worker_args = DEFAULT_MODEL, ["--torch-threads", "1"]
     gateway_args = ["--stream-storage", args.storage, *args.gateway_arg]
     if args.sleeper:
@@ -176,7 +177,7 @@ def latency_interleaved(args: argparse.Namespace) -> dict[str, Any]:
         rows = asyncio.run(interleaved(urls, model, args.n, args.gap_ms / 1000, args.seed))
         os.sched_setaffinity(0, {0, 1})
     finally:
-        os.environ.pop(STAMPS_ENV, None)
+        os.environ.pop(variable("hop_stamps"), None)
         setup.stop()
 
     def route(kind: str) -> float | None:

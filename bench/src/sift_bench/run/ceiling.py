@@ -125,11 +125,21 @@ def fixed_tokens_of(adapter: Any, prepare: Callable[[list[str]], Any], texts: Se
 
 def load_model(model: str = DEFAULT_MODEL, catalogs: Sequence[Path] = (), torch_threads: int = 1) -> Any:
     """A catalog model's adapter, loaded in this process as ``sift serve`` loads it
-    (its catalog backend: ``auto`` for the default model)."""
+    (its catalog backend, ``auto`` for the default model, unless ``SIFT_BACKEND`` names one)."""
+    from sift_server.config.settings import Settings
     from sift_server.registry.catalog import Catalog
     from sift_server.registry.loader import load_adapter
 
-    return load_adapter(Catalog.from_dirs(list(catalogs)).get(model), torch_threads=torch_threads)
+    # The backend and cache settings as `sift serve` reads them: a bench child (replay,
+    # ceiling) gets its arm's backend through SIFT_BACKEND.
+    settings = Settings()
+    return load_adapter(
+        Catalog.from_dirs(list(catalogs)).get(model),
+        torch_threads=torch_threads,
+        backend_override=settings.backend,
+        rechoose_backend=settings.rechoose_backend,
+        cache_dir=settings.cache_dir,
+    )
 
 
 def runtime_of(adapter: Any) -> str:

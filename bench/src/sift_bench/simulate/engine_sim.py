@@ -183,6 +183,7 @@ class EngineSim:
         arm: str | None = None,
         queue_factory: Callable[[str], BatchQueue] = BatchQueue,
         loop: SharedLoop | None = None,
+        scheduler: Callable[..., Scheduler] = Scheduler,
     ) -> None:
         self.policy = policy
         self.loop = loop
@@ -193,7 +194,8 @@ class EngineSim:
         config = config if config is not None else SchedulerConfig()
         if caps is not None:
             config = replace(config, caps=caps)
-        self.scheduler = Scheduler(policy, config, queue_factory=queue_factory)
+        # ``scheduler``: an arm's variant of the server's (simulator.old_rules.ArmScheduler).
+        self.scheduler = scheduler(policy, config, queue_factory=queue_factory)
         if isinstance(forward, ForwardModel):
             # As the server's calibration after load: the cut by length uses only a seeded cost.
             tokens = int(getattr(forward, "typical_tokens", 32))

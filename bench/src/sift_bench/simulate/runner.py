@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from sift_bench.simulate.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_bench.simulate.forward_model import ForwardPreset
@@ -21,7 +22,7 @@ from sift_bench.simulate.metrics import Summary, summarize
 from sift_bench.simulate.scenarios import Family, TraceConfig, default_families
 from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import POLICIES, make_policy
-from sift_server.engine.scheduler import SchedulerConfig
+from sift_server.engine.scheduler import Scheduler, SchedulerConfig
 
 OLD_RULES = "adaptive-old"
 # The reference server's timed window: whole waves (no load caps), one forward each.
@@ -49,6 +50,19 @@ class Arm:
     # Share of a forward a hold for its wave may last (SchedulerConfig.wave_share); None: the default.
     wave_share: float | None = None
 
+    def scheduler(self) -> Callable[..., Scheduler]:
+        """The server's scheduler, or, where this arm turns rules off, the simulator's variant of it."""
+        if self.wave_hold and self.sub_forwards and self.whole_waves:
+            return Scheduler
+        from sift_bench.simulate.old_rules import ArmScheduler
+
+        rules: dict[str, Any] = {
+            "wave_hold": self.wave_hold,
+            "sub_forwards": self.sub_forwards,
+            "whole_waves": self.whole_waves,
+        }
+        return partial(ArmScheduler, **rules)
+
 
 def make_arm(name: str, **policy_options: float) -> Arm:
     """An arm by name (``ARMS``); options go to ``make_policy``."""
@@ -64,7 +78,7 @@ def make_arm(name: str, **policy_options: float) -> Arm:
     if name == SPLIT_WAVES:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), whole_waves=False)
     if name == FIXED_HOLD:
-        return Arm(name, lambda: make_policy("adaptive", wave_share=0.0, **policy_options), wave_share=0.0)
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), wave_share=0.0)
     return Arm(name, lambda: make_policy(name, **policy_options))
 
 
@@ -92,9 +106,6 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
     config = SchedulerConfig(
         caps=matrix.caps,
         load_caps=load_caps if arm.load_caps else None,
-        wave_hold=arm.wave_hold,
-        sub_forwards=arm.sub_forwards,
-        whole_waves=arm.whole_waves,
         shared_core=shared_loop(forward) is not None,
     )
     return config if arm.wave_share is None else replace(config, wave_share=arm.wave_share)
@@ -123,6 +134,7 @@ def run_matrix(matrix: Matrix) -> list[Summary]:
                     arm=arm.name,
                     queue_factory=arm.queue,
                     loop=shared_loop(forward),
+                    scheduler=arm.scheduler(),
                 )
                 summaries.append(summarize(sim.run()))
     return summaries

@@ -129,10 +129,9 @@ def make_app(adapter: Encoder, batcher: Batcher) -> App:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from sift_server.registry.catalog import Catalog
-    from sift_server.registry.loader import load_adapter
+    from sift_bench.run.ceiling import load_model
 
-    adapter = load_adapter(Catalog.from_dirs(list(args.catalog)).get(args.model), torch_threads=1)
+    adapter = load_model(args.model, list(args.catalog), torch_threads=1)
     with ThreadPoolExecutor(max_workers=1) as executor:
         app = make_app(adapter, Batcher(adapter, executor))
         uvicorn.run(app, host=args.host, port=args.port, http="httptools", loop="uvloop", log_level="warning",

@@ -51,13 +51,12 @@ def _http_latencies(url: str, model: str, requests: int) -> tuple[list[float], l
 
 
 def _in_process(model: str, catalogs: Sequence[Path], cpus: set[int] | None, requests: int) -> list[float]:
+    from sift_bench.run.ceiling import load_model
     from sift_server.adapters.base import EncodeTask, Part
-    from sift_server.registry.catalog import Catalog
-    from sift_server.registry.loader import load_adapter
 
     if cpus:
         os.sched_setaffinity(0, cpus)
-    adapter = load_adapter(Catalog.from_dirs(catalogs).get(model), torch_threads=1)
+    adapter = load_model(model, catalogs, torch_threads=1)
     times = []
     for i in range(requests + 20):
         start = time.perf_counter()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,51 +14,16 @@ if TYPE_CHECKING:
     from sift_server.cluster.worker import WorkerOptions
     from sift_server.config import Settings
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-
-
-def _nats_url(args: argparse.Namespace) -> str:
-    return str(args.nats_url or os.environ.get("SIFT_NATS_URL") or DEFAULT_NATS_URL)
-
 
 def register(subparsers: Any) -> None:
-    from sift_server.serve_args import add_serve_arguments
+    from sift_server.config.flags import COMMAND_GROUPS, add_setting_flags
 
     g = subparsers.add_parser("gateway", help="Serve the HTTP API with no model: requests go to workers over NATS.")
-    add_serve_arguments(g)
-    g.add_argument(
-        "--nats-url", help=f"NATS server(s), comma-separated (default $SIFT_NATS_URL or {DEFAULT_NATS_URL})."
-    )
-    g.add_argument("--request-timeout-s", type=float, default=60.0, help="Longest wait for a worker's reply (60).")
-    g.add_argument("--stream-max-msgs", type=int, default=100_000, help="Work stream limit, all models (100000).")
-    g.add_argument("--stream-max-bytes", type=int, default=1 << 30, help="Work stream limit in bytes (1 GiB).")
-    g.add_argument("--stream-max-msgs-per-model", type=int, default=10_000, help="Queued per model (10000).")
-    g.add_argument("--stream-storage", choices=("file", "memory"), default="file", help="Work stream storage.")
+    add_setting_flags(g, COMMAND_GROUPS["gateway"])
     g.set_defaults(handler=_gateway)
 
     w = subparsers.add_parser("worker", help="Load models and serve their work queues from NATS JetStream.")
-    add_serve_arguments(w)
-    w.add_argument(
-        "--nats-url", help=f"NATS server(s), comma-separated (default $SIFT_NATS_URL or {DEFAULT_NATS_URL})."
-    )
-    w.add_argument(
-        "--max-inflight",
-        type=int,
-        help="Messages held per model at once (default: two forwards' worth, 2 x the batch request cap, at most 64).",
-    )
-    w.add_argument(
-        "--ack-wait-s",
-        type=float,
-        default=3.0,
-        help="Redeliver a message unacknowledged this long: a dead worker's messages come back after it (3).",
-    )
-    w.add_argument(
-        "--progress-interval-s",
-        type=float,
-        default=1.0,
-        help="Extend the ack wait of held messages this often, from a keepalive thread (1; 0: off).",
-    )
-    w.add_argument("--worker-id", help="Name in heartbeats and the X-Sift-Worker header (default host-pid).")
+    add_setting_flags(w, COMMAND_GROUPS["worker"])
     w.set_defaults(handler=_worker)
 
     c = subparsers.add_parser(
@@ -73,39 +38,26 @@ def register(subparsers: Any) -> None:
     c.set_defaults(handler=_cluster)
 
 
-_CLUSTER_KEYS = (
-    "nats_url",
-    "request_timeout_s",
-    "stream_max_msgs",
-    "stream_max_bytes",
-    "stream_max_msgs_per_model",
-    "stream_storage",
-    "max_inflight",
-    "ack_wait_s",
-    "progress_interval_s",
-    "worker_id",
-)
-
-
 def _gateway(args: argparse.Namespace) -> int:
     from sift_server.cluster.gateway import serve_gateway
     from sift_server.cluster.gateway_client import GatewayOptions
     from sift_server.cluster.subjects import StreamLimits
+    from sift_server.config.flags import COMMAND_GROUPS, settings_from_args
     from sift_server.registry.catalog import CatalogError
-    from sift_server.serve_args import settings_from_args
 
-    settings = settings_from_args(args, skip=_CLUSTER_KEYS)
+    settings = settings_from_args(args, COMMAND_GROUPS["gateway"])
     if settings is None:
         return 2
     options = GatewayOptions(
-        nats_url=_nats_url(args),
+        nats_url=settings.nats_url,
         limits=StreamLimits(
-            max_msgs=args.stream_max_msgs,
-            max_bytes=args.stream_max_bytes,
-            max_msgs_per_model=args.stream_max_msgs_per_model,
-            storage=args.stream_storage,
+            max_msgs=settings.stream_max_msgs,
+            max_bytes=settings.stream_max_bytes,
+            max_msgs_per_model=settings.stream_max_msgs_per_model,
+            storage=settings.stream_storage,
         ),
-        request_timeout_s=args.request_timeout_s,
+        request_timeout_s=settings.request_timeout_s,
+        hop_stamps=settings.hop_stamps,
     )
     try:
         serve_gateway(settings, options)
@@ -115,21 +67,25 @@ def _gateway(args: argparse.Namespace) -> int:
     return 0
 
 
-def worker_setup(args: argparse.Namespace) -> tuple[Settings, WorkerOptions] | None:
+def worker_setup(
+    args: argparse.Namespace, groups: Sequence[str] | None = None
+) -> tuple[Settings, WorkerOptions] | None:
     """The settings and stream options of ``sift worker``'s parsed arguments (None
-    when the settings are invalid; the reason is printed)."""
+    when the settings are invalid; the reason is printed). ``groups``: the
+    settings the command line offered (default: ``sift worker``'s)."""
     from sift_server.cluster.worker import WorkerOptions
-    from sift_server.serve_args import settings_from_args
+    from sift_server.config.flags import COMMAND_GROUPS, settings_from_args
 
-    settings = settings_from_args(args, skip=_CLUSTER_KEYS)
+    settings = settings_from_args(args, groups or COMMAND_GROUPS["worker"])
     if settings is None:
         return None
     options = WorkerOptions(
-        nats_url=_nats_url(args),
-        max_inflight=args.max_inflight,
-        ack_wait_s=args.ack_wait_s,
-        progress_interval_s=args.progress_interval_s,
-        worker_id=args.worker_id or "",
+        nats_url=settings.nats_url,
+        max_inflight=settings.max_inflight,
+        ack_wait_s=settings.ack_wait_s,
+        progress_interval_s=settings.progress_interval_s,
+        worker_id=settings.worker_id,
+        hop_stamps=settings.hop_stamps,
     )
     return settings, options
 

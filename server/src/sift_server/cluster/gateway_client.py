@@ -29,7 +29,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from prometheus_client import Counter
 
 from sift_server.cluster.codec import WorkReply, WorkRequest, pack_request, unpack_reply
-from sift_server.cluster.hops import PUBLISHED_HEADER, stamp, stamps_enabled
+from sift_server.cluster.hops import PUBLISHED_HEADER, stamp
 from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
 from sift_server.cluster.liveness import Heartbeats, consumer_has_worker
 from sift_server.cluster.subjects import (
@@ -72,11 +72,13 @@ class GatewayOptions:
     heartbeat_ttl_s: float = 6.0
     # How long a model's consumer state is reused before it is asked again.
     liveness_poll_s: float = 0.5
+    # Add the hop's timestamps to each reply (X-Sift-Stamps; the hop_stamps setting).
+    hop_stamps: bool = False
 
 
 @dataclass(slots=True)
 class Waiting:
-    """A request waiting for its reply; ``stamps``: its hop stamps (SIFT_HOP_STAMPS)."""
+    """A request waiting for its reply; ``stamps``: its hop stamps (the hop_stamps setting)."""
 
     future: asyncio.Future[WorkReply]
     model: str
@@ -113,7 +115,7 @@ class Gateway:
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None
         self.pending: dict[str, Waiting] = {}
-        self.stamps = stamps_enabled()
+        self.stamps = options.hop_stamps
         self.heartbeats = Heartbeats(options.heartbeat_ttl_s)
         # Per model: when its consumer was last asked, and whether it showed a worker.
         self._consumers: dict[str, tuple[float, bool]] = {}
@@ -256,7 +258,7 @@ class Gateway:
 
     async def call(self, model: str, work: WorkRequest, stamps: list[tuple[str, float]] | None = None) -> WorkReply:
         """Publish one request and wait for its reply (raises SiftError). ``stamps``
-        (SIFT_HOP_STAMPS): the hop's gateway-side stamps are appended to it."""
+        (the hop_stamps setting): the hop's gateway-side stamps are appended to it."""
         assert self.nc is not None
         if not await self.has_worker(model):
             raise NoWorker(f"No worker serves model '{model}' at the moment; retry shortly.")

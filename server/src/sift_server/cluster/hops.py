@@ -6,8 +6,8 @@ from publish to delivery and from delivery to its reply; the gateway adds its
 own total. The client then sees the whole hop split in four: HTTP to the
 gateway, the queue, the worker, the reply's way back.
 
-With ``SIFT_HOP_STAMPS=1`` in the environment of the gateway and the worker
-(benchmarks only: ``sift bench cluster latency --interleave``), each
+With the ``hop_stamps`` setting on the gateway and the worker (``--hop-stamps``, ``SIFT_HOP_STAMPS=1``;
+benchmarks only: ``sift bench cluster latency --interleave``), each
 answer also carries ``X-Sift-Stamps``: the monotonic clock (``time.perf_counter``,
 the same clock for every process of one machine) at each stage of the hop, so a
 benchmark on one machine can place every fraction of a millisecond.
@@ -16,15 +16,13 @@ benchmark on one machine can place every fraction of a millisecond.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable
 
 PUBLISHED_HEADER = "Sift-Published"  # on the NATS message: epoch seconds at publish
 QUEUE_TIME = "X-Sift-Queue-Time"  # ms, the gateway's publish to the worker's delivery
 WORKER_TIME = "X-Sift-Worker-Time"  # ms, the worker's delivery to its reply
 GATEWAY_TIME = "X-Sift-Gateway-Time"  # ms, the gateway's route start to the reply's arrival
-STAMPS = "X-Sift-Stamps"  # "stage=seconds;..." (perf_counter), only with SIFT_HOP_STAMPS=1
-STAMPS_ENV = "SIFT_HOP_STAMPS"
+STAMPS = "X-Sift-Stamps"  # "stage=seconds;..." (perf_counter), only with hop_stamps on
 
 # The stages, in the order a request passes them (what each stamp marks):
 STAGES = (
@@ -61,11 +59,6 @@ def worker_headers(published: str | None, delivered: float, replied: float) -> l
 
 def gateway_header(started: float, answered: float) -> tuple[str, str]:
     return (GATEWAY_TIME, _ms(answered - started))
-
-
-def stamps_enabled() -> bool:
-    """Whether this process adds ``X-Sift-Stamps`` (read once, at start)."""
-    return os.environ.get(STAMPS_ENV, "") not in ("", "0")
 
 
 def format_stamps(stamps: Iterable[tuple[str, float]]) -> str:

@@ -42,7 +42,7 @@ from nats.js.kv import KeyValue
 from sift_server.api.models import model_info
 from sift_server.cluster.codec import WorkReply, pack_reply, unpack_request
 from sift_server.cluster.heartbeat import worker_view
-from sift_server.cluster.hops import PUBLISHED_HEADER, STAMPS, format_stamps, stamps_enabled, worker_headers
+from sift_server.cluster.hops import PUBLISHED_HEADER, STAMPS, format_stamps, worker_headers
 from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartbeat_bucket
 from sift_server.cluster.keepalive import Keepalive
 from sift_server.cluster.subjects import (
@@ -94,6 +94,8 @@ class WorkerOptions:
     # A standing pull request expires after this and is renewed.
     pull_expires_s: float = 5.0
     worker_id: str = ""
+    # Add the hop's timestamps to each reply (X-Sift-Stamps; the hop_stamps setting).
+    hop_stamps: bool = False
 
 
 async def call_core(
@@ -293,7 +295,7 @@ class StreamWorker:
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None
         self.pullers: list[ModelPuller] = []
-        self.stamps = stamps_enabled()
+        self.stamps = options.hop_stamps
         self.keepalive: Keepalive | None = None
         self._stop = asyncio.Event()
 

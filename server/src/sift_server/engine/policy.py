@@ -14,6 +14,11 @@ from typing import Literal, Protocol
 
 from sift_server.engine.arrivals import ArrivalView
 
+# Share of a forward's duration that a hold for its returning wave may last, and
+# that widens the horizon of sustained load after a slow forward (``hold_bound``,
+# ``Scheduler._under_load``): the batching model's, not an operator's setting.
+WAVE_SHARE = 0.10
+
 Reason = Literal["lone", "burst-complete", "full", "window", "max-wait", "backlog", "wave", "half", "closing"]
 REASONS: tuple[Reason, ...] = (
     "lone",
@@ -79,6 +84,8 @@ class SchedulerState:
     # slowest learned wave at least as large; engine.returns). 0 while unknown.
     wave_span: float = 0.0
     wave_allowance: float = 0.0
+    # The scheduler's share of a forward a hold for its wave may last (``hold_bound``).
+    wave_share: float = WAVE_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +298,6 @@ class AdaptivePolicy:
     """
 
     max_hold: float = 0.010
-    # A hold for a returning wave may last this share of the forward it returns from (``hold_bound``).
-    wave_share: float = 0.10
     # Upper bound of a hold for a learned burst whose arrivals keep coming.
     max_burst_hold: float = 0.500
     # Shared core, work queued behind a forward: arrivals this recent are a wave
@@ -310,16 +315,16 @@ class AdaptivePolicy:
             # nothing for them. Held for the rest of the burst's wave, they waited two forwards.
             return Dispatch(lane.lane, "backlog")
         if state.wave_outstanding:
-            paced = halves(state, lane, now, self.max_hold, self.wave_share)
+            paced = halves(state, lane, now, self.max_hold, state.wave_share)
             if paced is not None:
                 return paced
-        held = wave_hold(state, lane, now, self.max_hold, self.wave_share, self.backlog_quiet)
+        held = wave_hold(state, lane, now, self.max_hold, state.wave_share, self.backlog_quiet)
         if held is not None:
             return held
         if state.wave_back and lane.requests > 1:
             return Dispatch(lane.lane, "wave")
         if _is_backlog(state, lane):
-            until = hold_bound(state, self.max_hold, self.wave_share)
+            until = hold_bound(state, self.max_hold, state.wave_share)
             if state.shared_core and now < until:
                 # On one shared core, requests being read would interleave with the
                 # forward and slow both: let them join this batch (admission wakes us),
@@ -360,15 +365,12 @@ def make_policy(
     *,
     max_hold_ms: float = AdaptivePolicy().max_hold * 1000,
     max_burst_hold_ms: float = AdaptivePolicy().max_burst_hold * 1000,
-    wave_share: float = AdaptivePolicy().wave_share,
     idle_coalesce_ms: float = TimedPolicy().idle_coalesce * 1000,
     max_wait_ms: float = TimedPolicy().max_wait * 1000,
 ) -> Policy:
     """A policy by name; the defaults are the policies' own."""
     if name == "adaptive":
-        return AdaptivePolicy(
-            max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000, wave_share=wave_share
-        )
+        return AdaptivePolicy(max_hold=max_hold_ms / 1000, max_burst_hold=max_burst_hold_ms / 1000)
     if name == "timed":
         return TimedPolicy(idle_coalesce=idle_coalesce_ms / 1000, max_wait=max_wait_ms / 1000)
     if name == "immediate":

@@ -32,7 +32,7 @@ from sift_server.engine.arrivals import ArrivalModel
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending, Slice
 from sift_server.engine.forward_cost import ForwardCost
 from sift_server.engine.padding import padded_tokens
-from sift_server.engine.policy import Decision, Dispatch, Idle, LaneView, Policy, Reason, SchedulerState
+from sift_server.engine.policy import WAVE_SHARE, Decision, Dispatch, Idle, LaneView, Policy, Reason, SchedulerState
 from sift_server.engine.returns import ReturnModel
 from sift_server.errors import QueueFull, ShuttingDown
 
@@ -53,12 +53,8 @@ class SchedulerConfig:
     max_queue_items: int = 512
     # Seconds a request may wait for its first forward before it is refused (503).
     queue_timeout: float = 30.0
-    # Hold for a returning wave where the forward's fixed cost says it pays.
-    wave_hold: bool = True
-    # Cut batches into sub-forwards of similar length where that pays (engine.padding).
-    sub_forwards: bool = True
-    # Under reliable returning waves, run each batch past the load caps and answer it together.
-    whole_waves: bool = True
+    # The batching model's constants below are the engine's own, tuned with the
+    # simulator (docs/batching.md); no operator setting reaches them.
     # While waves came back this recently, a burst after idle time answers together too
     # (it is likely a closed loop starting again, whose clients answered early would wait).
     wave_memory: float = 1.0
@@ -68,8 +64,9 @@ class SchedulerConfig:
     quiet_gap: float = 0.005
     # A head that arrived this soon after a forward ended is sustained load (load caps).
     return_horizon: float = 0.010
-    # ... or this share of that forward's duration, if longer (a slow forward's wave takes longer to return).
-    wave_share: float = 0.10
+    # ... or this share of that forward's duration, if longer (a slow forward's wave takes longer
+    # to return); also what a hold for a returning wave may last (policy.hold_bound).
+    wave_share: float = WAVE_SHARE
     # The loop that reads requests and the forward thread share one core (the worker sets it).
     shared_core: bool = False
 
@@ -254,6 +251,11 @@ class Scheduler:
         """Admit nothing more; what is queued runs at once (reason ``closing``)."""
         self.closing = True
 
+    @property
+    def cut_fixed_tokens(self) -> float | None:
+        """The fixed cost (in tokens) that cuts a batch by length; None: no cut."""
+        return self._cut_fixed_tokens
+
     def seed_costs(self, points: Sequence[tuple[int, float]]) -> None:
         """Forward times measured outside serving (tokens, seconds), e.g. after load."""
         for tokens, seconds in points:
@@ -279,7 +281,13 @@ class Scheduler:
         neither adds items/s (the worker is busy either way; the cut by length
         still runs, so rows stay short). Only for a batch under load
         (``_whole_wave``): a burst after idle time keeps early answers."""
-        return self.config.whole_waves and self.config.wave_hold and self.waves.reliable
+        return self.holds_for_waves
+
+    @property
+    def holds_for_waves(self) -> bool:
+        """Returning waves are reliable: hold for the rest of one where the forward's
+        fixed cost says it pays (the simulator's arms turn this rule off)."""
+        return self.waves.reliable
 
     def _whole_wave(self, queue: BatchQueue) -> bool:
         """The lane's next batch is a returning wave: its head came back from the
@@ -294,8 +302,6 @@ class Scheduler:
         within ``wave_memory`` (a closed loop starting again: the clients of
         its early answers would come back and wait for the rest of the burst,
         then for a forward of their own). Otherwise a burst keeps early answers."""
-        if not self.config.whole_waves:
-            return False
         if self._whole_wave(queue) or self._under_load(queue):
             return True
         return self.whole_waves and now - self.waves.last_return <= self.config.wave_memory
@@ -329,7 +335,7 @@ class Scheduler:
             for q in self.queues.values()
             if q.pending
         ]
-        returning = self.config.wave_hold and self.waves.reliable
+        returning = self.holds_for_waves
         expected = self.waves.expected(now) if returning else 0
         outside = missing = self.waves.missing(now) if returning else 0
         in_ingress = self.ingress_pending if returning else 0
@@ -364,6 +370,7 @@ class Scheduler:
             wave_outstanding=outstanding,
             wave_span=self.waves.scaled_span(loop) if outstanding else 0.0,
             wave_allowance=self.waves.margin * self.waves.span(loop) if outstanding else 0.0,
+            wave_share=self.config.wave_share,
         )
 
     def decide(self, now: float) -> Decision:
@@ -385,8 +392,7 @@ class Scheduler:
         slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
-        fixed_tokens = self._cut_fixed_tokens if self.config.sub_forwards else None
-        chunks = [[items[j] for j in group] for group in padding.plan(costs, fixed_tokens)]
+        chunks = [[items[j] for j in group] for group in padding.plan(costs, self.cut_fixed_tokens)]
         batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, together)
         self.running = batch
         self._running_answered_early = False

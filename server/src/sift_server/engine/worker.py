@@ -52,6 +52,11 @@ class Ticket:
     timing: RequestTiming = field(default_factory=RequestTiming)
 
 
+# The nice the server's forward threads run at, so the loop that reads requests keeps up
+# while a forward runs (WorkerConfig's default of 0 leaves tests' threads alone).
+SERVING_FORWARD_NICE = 10
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

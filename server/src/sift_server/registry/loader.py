@@ -30,42 +30,44 @@ def weights_folder(spec: ModelSpec) -> Path:
     return Path(snapshot_download(spec.source.hf, revision=spec.source.revision))
 
 
-def backend_override() -> tuple[str | None, str | None]:
-    """``SIFT_BACKEND`` (``backend`` or ``backend:precision``) replaces every
-    entry's backend and precision: ``sift serve --backend`` and the bench's
-    backend arms set it."""
-    value = os.environ.get("SIFT_BACKEND", "").strip()
-    if not value:
+def split_backend(override: str | None) -> tuple[str | None, str | None]:
+    """The backend setting (``backend`` or ``backend:precision``) as (backend, precision);
+    (None, None) when there is none and each entry's own backend holds."""
+    if not override or not override.strip():
         return None, None
-    backend, _, precision = value.partition(":")
+    backend, _, precision = override.strip().partition(":")
     return backend.strip(), (precision.strip() or None)
-
-
-def rechoose_backend() -> bool:
-    """``SIFT_RECHOOSE_BACKEND`` (``1``, ``true``, ``yes`` or ``on``): ``auto``
-    times the candidates again instead of reusing the recorded decision, and
-    records the new one. ``sift serve --rechoose-backend`` sets it."""
-    return os.environ.get("SIFT_RECHOOSE_BACKEND", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def adapter_class(name: str) -> type[Adapter]:
     return record_of(name).adapter_class()
 
 
-def load_plan(spec: ModelSpec) -> LoadPlan:
+def load_plan(spec: ModelSpec, backend_override: str | None = None) -> LoadPlan:
     """What a load of ``spec`` asks its adapter for, and whether it serves on the
-    reference first while ``auto`` decides (the adapters' rules: ``backends.plan_load``)."""
+    reference first while ``auto`` decides (the adapters' rules: ``backends.plan_load``).
+    ``backend_override`` (the backend setting) replaces every entry's backend and precision."""
     return plan_load(
         spec.backend,
         spec.precision,
-        override=backend_override(),
+        override=split_backend(backend_override),
         loras=bool(spec.loras),
         runs_on=record_of(spec.adapter).backends,
     )
 
 
-def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
-    plan = load_plan(spec)
+def load_adapter(
+    spec: ModelSpec,
+    torch_threads: int = 0,
+    *,
+    backend_override: str | None = None,
+    rechoose_backend: bool = False,
+    cache_dir: Path | None = None,
+) -> Adapter:
+    """``rechoose_backend``: ``auto`` times the candidates again instead of reusing the
+    recorded decision; ``cache_dir``: exported artifacts and decisions (None: the
+    artifact store's default)."""
+    plan = load_plan(spec, backend_override)
     if plan.note is not None:
         log.info("model %s: %s", spec.name, plan.note)
     ctx = LoadContext(
@@ -76,7 +78,8 @@ def load_adapter(spec: ModelSpec, torch_threads: int = 0) -> Adapter:
         backend=plan.backend,
         precision=plan.precision,
         tolerance=spec.tolerance,
-        rechoose_backend=rechoose_backend(),
+        rechoose_backend=rechoose_backend,
+        cache_dir=cache_dir,
     )
     adapter_type = adapter_class(spec.adapter)
     if plan.may_run_torch and adapter_type.transformers_models:

@@ -109,8 +109,11 @@ class Registry:
         calibrate: bool = False,
         recent_use_s: float = RECENT_USE_S,
         decide_in_background: bool = True,
+        backend_override: str | None = None,
     ) -> None:
         self.calibrate = calibrate
+        # The backend setting: every entry loads on it, so none decides in the background.
+        self.backend_override = backend_override
         # auto entries serve on the reference at once and switch when the decision is made.
         self.decide_in_background = decide_in_background
         self.recent_use_s = recent_use_s
@@ -205,7 +208,7 @@ class Registry:
             log.info("model %s not loaded: the memory budget is held by busy model(s) %s", spec.name, busy)
             return
         await self._make_room(expected, keep=spec.name)
-        first = first_spec(spec) if self.decide_in_background else None
+        first = first_spec(spec, self.backend_override) if self.decide_in_background else None
         background = first is not None
         try:
             adapter: Adapter = await asyncio.to_thread(self._loader, first or spec)

@@ -40,11 +40,11 @@ R = TypeVar("R")
 DECIDE_NICE = 19
 
 
-def first_spec(spec: ModelSpec) -> ModelSpec | None:
+def first_spec(spec: ModelSpec, backend_override: str | None = None) -> ModelSpec | None:
     """The entry as it serves until ``auto``'s decision in the background (the
     reference the plan names), or None where the load is the only one: not
     ``auto``, overridden, with LoRAs, or of an adapter that runs on one runtime."""
-    first = load_plan(spec).first
+    first = load_plan(spec, backend_override).first
     if first is None:
         return None
     return spec.model_copy(update={"backend": first.backend, "precision": first.precision})

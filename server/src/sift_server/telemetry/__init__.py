@@ -1,7 +1,7 @@
 """OpenTelemetry traces (optional: the ``otel`` extra; off unless an OTLP endpoint
 is configured).
 
-* ``tracing``: the process's tracer, from ``--otlp-endpoint`` / ``SIFT_OTLP_ENDPOINT``
+* ``tracing``: the process's tracer, from the otlp_endpoint setting
   or the standard ``OTEL_EXPORTER_OTLP_ENDPOINT``; OTLP over HTTP/protobuf.
 * ``asgi``: a pure-ASGI layer that opens one span per HTTP request (continuing
   the caller's W3C ``traceparent``).

@@ -12,16 +12,13 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "sift"
-ENDPOINT_VARIABLES = ("SIFT_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+# OpenTelemetry's own variable (Sift's, SIFT_OTLP_ENDPOINT, is the otlp_endpoint setting).
+OTEL_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
 
 
 def endpoint_from_env() -> str | None:
-    """Sift's own variable first, then OpenTelemetry's standard one."""
-    for name in ENDPOINT_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return None
+    """OpenTelemetry's standard variable, honoured as OpenTelemetry's own tools do."""
+    return os.environ.get(OTEL_ENDPOINT_VARIABLE, "").strip() or None
 
 
 def traces_url(endpoint: str) -> str:

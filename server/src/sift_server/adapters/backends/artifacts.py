@@ -46,10 +46,8 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
 
 
 def default_cache_dir() -> Path:
-    """``SIFT_CACHE_DIR``, else ``$XDG_CACHE_HOME/sift/artifacts`` (``~/.cache`` by default)."""
-    explicit = os.environ.get("SIFT_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
+    """``$XDG_CACHE_HOME/sift/artifacts`` (``~/.cache`` by default); the cache_dir
+    setting replaces it (it reaches the store as ``LoadContext.cache_dir``)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "sift" / "artifacts"
 
