@@ -57,6 +57,10 @@ async def test_a_work_post_is_published_and_the_workers_reply_relayed(
     assert ("x-request-id", "r1") in work.headers
     openai = await client.post("/v1/embeddings", json={"model": model, "input": "x"})
     assert openai.status_code == 200 and fake.published[1][1].path == "/v1/embeddings"
+    # Past 1 MiB the body is read into a memory map and decoded in slices; the queue gets it whole.
+    large = msgspec.json.encode({"items": [{"text": "y" * 100}] * 20_000})
+    assert (await client.post(f"/v1/encode/{model}", content=large)).status_code == 200
+    assert fake.published[2][1].path == f"/v1/encode/{model}" and bytes(fake.published[2][1].body) == large
 
 
 async def test_malformed_bodies_never_reach_the_queue(

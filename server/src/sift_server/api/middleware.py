@@ -13,7 +13,7 @@ Inside them: the work routes (api/work.py), then FastAPI for the rest.
 
 Health probes pass every layer untouched. A refusal is a domain error
 (``sift_server.errors``) rendered by the envelope of the path's API family
-(``core.envelopes.envelope_for_path``), like every other error.
+(``core.endpoints.envelope_for_path``), like every other error.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sift_server.core.endpoints import route
-from sift_server.core.envelopes import envelope_for_path
+from sift_server.core.endpoints import envelope_for_path, route
 from sift_server.core.state import ServerState
 from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthorized
 from sift_server.service.common import split_profile

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sift_server.api.body import declared_length, read_asgi_body, wait_for_asgi_disconnect
-from sift_server.api.middleware import send_error
 from sift_server.core.endpoints import ENDPOINTS, Endpoint, route
 from sift_server.core.serve import Call, Reply, error_reply
 from sift_server.core.state import ServerState
@@ -70,7 +69,9 @@ class WorkEndpoint:
         if scope["method"] != "POST":
             method, path = scope["method"], scope["path"]
             refusal = MethodNotAllowed(f"Method {method} is not allowed on {path}; see the Allow header.")
-            await send_error(send, scope["path"], refusal, {"Allow": "POST"})
+            reply = error_reply(self.state, self.endpoint, refusal)
+            reply.headers["Allow"] = "POST"
+            await send_reply(send, reply)
             return
         await send_reply(send, await self.answer(scope, receive))
 

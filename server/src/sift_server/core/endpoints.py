@@ -3,7 +3,8 @@ it decodes to, its error family and its OpenAPI summary. Every work route's path
 is written here and only here: ``sift serve`` and the gateway build their work
 routes from it (api/work.py), their OpenAPI entries are generated from it
 (api/openapi.py), and the front door, telemetry and the cluster worker find a
-path's endpoint with :func:`route`. What runs an endpoint is the serving core's
+path's endpoint with :func:`route` (and its error envelope with
+:func:`envelope_for_path`). What runs an endpoint is the serving core's
 service table (``core.serve.SERVICES``), keyed by the endpoint's name."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Literal
 import msgspec
 
 from sift_server.core.embeddings import EmbeddingsBody
-from sift_server.core.envelopes import OPENAI_PATH
+from sift_server.core.envelopes import Envelope, native_envelope, openai_envelope
+from sift_server.errors import SiftError
 from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
 
 Family = Literal["native", "openai"]
@@ -43,7 +45,7 @@ class Endpoint:
 ENCODE = Endpoint("encode", "/v1/encode/", EncodeBody, "native", "Embed items (dense vectors)")
 SCORE = Endpoint("score", "/v1/score/", ScoreBody, "native", "Rerank items against a query")
 EXTRACT = Endpoint("extract", "/v1/extract/", ExtractBody, "native", "Extract entities or classes from items")
-EMBEDDINGS = Endpoint("embeddings", OPENAI_PATH, EmbeddingsBody, "openai", "OpenAI-compatible embeddings")
+EMBEDDINGS = Endpoint("embeddings", "/v1/embeddings", EmbeddingsBody, "openai", "OpenAI-compatible embeddings")
 
 ENDPOINTS: tuple[Endpoint, ...] = (ENCODE, SCORE, EXTRACT, EMBEDDINGS)
 
@@ -69,3 +71,13 @@ def route(path: str) -> tuple[Endpoint, str] | None:
     if exact is not None:
         return exact, ""
     return native_route(path)
+
+
+def envelope_for_path(path: str, error: SiftError) -> Envelope:
+    """``error`` in the envelope of the family of the endpoint a path addresses
+    (the native one where it addresses none): for the errors answered before
+    any endpoint runs (the front door, routing)."""
+    target = route(path)
+    if target is not None and target[0].family == "openai":
+        return openai_envelope(error)
+    return native_envelope(error)
