@@ -96,7 +96,7 @@ async def test_a_streamed_reply_is_sent_chunk_by_chunk_without_a_length() -> Non
 
 
 def test_every_endpoint_of_the_table_has_its_service() -> None:
-    assert set(serve.SERVICES) == {endpoint.name for endpoint in endpoints.ENDPOINTS}
+    assert set(serve.SERVING) == {endpoint.name for endpoint in endpoints.ENDPOINTS}
 
 
 async def test_errors_and_other_methods_keep_their_envelopes(app_client: tuple[httpx.AsyncClient, ServerState]) -> None:

@@ -5,7 +5,7 @@ routes from it (api/work.py), their OpenAPI entries are generated from it
 (api/openapi.py), and the front door, telemetry and the cluster worker find a
 path's endpoint with :func:`route` (and its error envelope with
 :func:`envelope_for_path`). What runs an endpoint is the serving core's
-service table (``core.serve.SERVICES``), keyed by the endpoint's name."""
+service table (``core.serve.SERVING``), keyed by the endpoint's name."""
 
 from __future__ import annotations
 

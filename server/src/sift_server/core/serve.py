@@ -7,7 +7,7 @@ fields. Neither re-enters the other's layer. Errors stay typed up to the
 caller, which decides what they mean there (an HTTP answer, or ack / nak /
 terminate); ``error_reply`` renders one in its endpoint's envelope.
 
-``SERVICES`` says what runs each endpoint of the table (core/endpoints.py): how its
+``SERVING`` says what runs each endpoint of the table (core/endpoints.py): how its
 body is decoded (``decode``, which the gateway also runs so that a malformed body
 never reaches the queue) and how the decoded request is answered (``run``).
 """
@@ -92,13 +92,13 @@ def request_id_of(headers: Mapping[str, str]) -> str:
 
 async def handle(state: ServerState, call: Call) -> Reply:
     """Run one request; raises ``SiftError`` (counted in the metrics) when it fails."""
-    return await SERVICES[call.endpoint.name].run(state, call)
+    return await SERVING[call.endpoint.name].run(state, call)
 
 
 async def decode(call: Call) -> tuple[str, Any]:
     """The model a request names (its path's, or its body's) and its decoded body;
     raises the ``SiftError`` that ``handle`` would for a malformed body."""
-    return await SERVICES[call.endpoint.name].decode(call)
+    return await SERVING[call.endpoint.name].decode(call)
 
 
 def error_reply(state: ServerState, endpoint: Endpoint | None, error: SiftError) -> Reply:
@@ -116,15 +116,15 @@ async def _decode_native(call: Call) -> tuple[str, Any]:
     return call.model, await decode_sliced(call.body, fmt, call.endpoint.schema, "items", Item)
 
 
-UseCase = Callable[[Registry, str, Any, Limits, RequestContext], Awaitable[Outcome]]
+Service = Callable[[Registry, str, Any, Limits, RequestContext], Awaitable[Outcome]]
 
 
-def _native(use_case: UseCase) -> Callable[[ServerState, Call], Awaitable[Reply]]:
+def _native(service: Service) -> Callable[[ServerState, Call], Awaitable[Reply]]:
     """A native endpoint: the body decoded, the use case run, its payload encoded."""
 
     async def run(state: ServerState, call: Call) -> Reply:
         try:
-            return await _run_native(state, call, use_case)
+            return await _run_native(state, call, service)
         except SiftError as error:
             state.metrics.count(call.model, call.endpoint.name, error.status)
             raise
@@ -132,11 +132,11 @@ def _native(use_case: UseCase) -> Callable[[ServerState, Call], Awaitable[Reply]
     return run
 
 
-async def _run_native(state: ServerState, call: Call, use_case: UseCase) -> Reply:
+async def _run_native(state: ServerState, call: Call, service: Service) -> Reply:
     endpoint = call.endpoint
     ctx = RequestContext(request_id_of(call.headers), call.started, call.ingress, call.disconnected)
     _, decoded = await _decode_native(call)
-    outcome = await use_case(state.registry, call.model, decoded, state.limits, ctx)
+    outcome = await service(state.registry, call.model, decoded, state.limits, ctx)
     out_fmt = response_format(call.headers.get("accept"))
     content = await encode_sliced(outcome.payload, out_fmt)
     headers = {"X-SIE-Server-Version": WIRE_COMPAT_VERSION, "X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}
@@ -183,7 +183,7 @@ async def _embeddings(state: ServerState, call: Call) -> Reply:
 
 
 @dataclass(frozen=True, slots=True)
-class Service:
+class Serving:
     """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
     (the whole request: decode, serve, encode the answer; errors counted)."""
 
@@ -192,9 +192,9 @@ class Service:
 
 
 # By endpoint name (core/endpoints.py): a new endpoint's entry there and its service here.
-SERVICES: dict[str, Service] = {
-    "encode": Service(_decode_native, _native(encode)),
-    "score": Service(_decode_native, _native(score)),
-    "extract": Service(_decode_native, _native(extract)),
-    "embeddings": Service(_decode_embeddings, _embeddings),
+SERVING: dict[str, Serving] = {
+    "encode": Serving(_decode_native, _native(encode)),
+    "score": Serving(_decode_native, _native(score)),
+    "extract": Serving(_decode_native, _native(extract)),
+    "embeddings": Serving(_decode_embeddings, _embeddings),
 }
