@@ -13,7 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sift_server.api.app import build_state, create_app
+from sift_server.api.app import create_app
+from sift_server.composition import build_state
 from sift_server.config import Settings
 from sift_server.registry.catalog import Catalog
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
@@ -40,7 +41,7 @@ async def scraped(tmp_path: Path) -> AsyncIterator[dict[str, set[str]]]:
     settings = Settings(default_model=TINY_EMBEDDER, catalog=[catalog], torch_threads=1, calibrate=False)
     app = create_app(build_state(settings, catalog=Catalog.from_dirs([catalog], include_shipped=False)))
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+    async with app.lifespan(), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
         ok = await client.post(f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "hello"}, {"text": "x"}]})
         assert ok.status_code == 200, ok.text
         missing = await client.post("/v1/encode/no/such-model", json={"items": [{"text": "hello"}]})

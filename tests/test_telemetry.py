@@ -20,7 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from sift_server.api.app import build_state, create_app
+from sift_server.api.app import create_app
+from sift_server.composition import build_state
 from sift_server.config import Settings
 from sift_server.registry.catalog import Catalog
 from sift_server.telemetry import propagation, tracing
@@ -93,7 +94,7 @@ async def serve(catalog: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClie
     config = Settings(default_model=TINY_EMBEDDER, catalog=[catalog], torch_threads=1, calibrate=False, **settings)
     app = create_app(build_state(config, catalog=Catalog.from_dirs([catalog], include_shipped=False)))
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+    async with app.lifespan(), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
         yield client
 
 

@@ -42,7 +42,8 @@ async def serving_one_entry(folder: Path, name: str, entry: str) -> AsyncIterato
     YAML after its name line, written under ``folder``; an in-process client."""
     import httpx
 
-    from sift_server.api.app import build_state, create_app
+    from sift_server.api.app import create_app
+    from sift_server.composition import build_state
     from sift_server.config import Settings
     from sift_server.registry.catalog import Catalog
 
@@ -52,7 +53,7 @@ async def serving_one_entry(folder: Path, name: str, entry: str) -> AsyncIterato
     settings = Settings(default_model=name, catalog=[catalog], torch_threads=1, calibrate=False)
     app = create_app(build_state(settings, catalog=Catalog.from_dirs([catalog], include_shipped=False)))
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+    async with app.lifespan(), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
         yield client
 
 

@@ -45,7 +45,8 @@ def catalog_text(name: str, folder: Path) -> str:
 async def serving(folder: Path, entries: dict[str, str], **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
     import httpx
 
-    from sift_server.api.app import build_state, create_app
+    from sift_server.api.app import create_app
+    from sift_server.composition import build_state
     from sift_server.config import Settings
     from sift_server.registry.catalog import Catalog
 
@@ -63,7 +64,7 @@ async def serving(folder: Path, entries: dict[str, str], **settings: Any) -> Asy
     )
     app = create_app(build_state(config, catalog=Catalog.from_dirs([catalog], include_shipped=False)))
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+    async with app.lifespan(), httpx.AsyncClient(transport=transport, base_url="http://s") as client:
         yield client
 
 

@@ -34,7 +34,7 @@ async def make_client(tiny_catalog_dir: Path) -> AsyncIterator[MakeClient]:
         settings = Settings(default_model=TINY_EMBEDDER, catalog=[tiny_catalog_dir], torch_threads=1, **overrides)
         state = build_state(settings, catalog=Catalog.from_dirs([tiny_catalog_dir], include_shipped=False))
         app = create_app(state)
-        lifespan = app.router.lifespan_context(app)
+        lifespan = app.lifespan()
         await lifespan.__aenter__()
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sift")
         stack.append((client, lifespan))

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from sift_server.api.state import ServerState
+from sift_server.core.state import ServerState
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER
 
 ENCODE = f"/v1/encode/{TINY_EMBEDDER}"

@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from sift_server.api.state import ServerState
+from sift_server.core.state import ServerState
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER
 
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from sift_server.api.body_buffer import BodyBuffer
-from sift_server.api.openai import EmbeddingsBody
+from sift_server.core.embeddings import EmbeddingsBody
 from sift_server.errors import InvalidInput
 from sift_server.wire import sliced
 from sift_server.wire.codec import decode_body

@@ -1,57 +1,66 @@
-"""Assemble the ASGI application from settings."""
+"""Assemble the ASGI application: ``sift serve``'s here, the gateway's in
+cluster/gateway.py, both through :class:`SiftApp` and :func:`api_app`."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from sift_server import __version__
-from sift_server.api import health, models, native, openai
+from sift_server.api import health, openapi
 from sift_server.api.errors import routing_error
-from sift_server.api.middleware import FRONT_DOOR
-from sift_server.composition import build_state
-from sift_server.core.endpoints import route
+from sift_server.api.middleware import front_door
+from sift_server.api.models import Describe, describe_local, models_router
+from sift_server.api.work import Handler, WorkRoutes
+from sift_server.core.serve import Call, Reply, handle
 from sift_server.core.state import ServerState
 from sift_server.telemetry.asgi import TraceRequests
 
-# build_state is the composition root's (sift_server.composition); named here for older imports.
-__all__ = ["build_state", "create_app"]
-
 log = logging.getLogger(__name__)
 
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
-class SiftApp(FastAPI):
-    """FastAPI with the front door outermost: a work POST passes the front door's
-    checks and is answered by its last layer (NativeRoutes) before FastAPI's own
-    layers (error page, telemetry, body limit) and router, which serve everything
-    else. An exception escaping the work path is answered 500 by the HTTP server."""
+
+class SiftApp:
+    """The app ``sift serve`` and ``sift gateway`` run, from the outside in: one
+    span per request (telemetry), the front door (api/middleware.py), the work
+    routes with ``handler`` (api/work.py), and ``api`` (FastAPI: models, health,
+    /docs, /openapi.json, the routing errors, the lifespan) for everything else."""
+
+    def __init__(self, api: FastAPI, handler: Handler) -> None:
+        self.api = api
+        self.state: ServerState = api.state.sift
+        self.app = TraceRequests(front_door(WorkRoutes(self.state, handler, default=api), self.state))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # A work POST goes straight to the built stack: FastAPI's and Starlette's own
-        # entry (root path, its telemetry check, the stack's lazy build) is per-request
-        # work those routes do not use. Everything else takes FastAPI's entry.
-        stack = self.middleware_stack
-        if stack is not None and scope["type"] == "http" and scope["method"] == "POST" and route(scope["path"]):
-            scope["app"] = self
-            if self.root_path:
-                scope["root_path"] = self.root_path
-            await stack(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
+        await self.app(scope, receive, send)
 
-    def build_middleware_stack(self) -> ASGIApp:
-        app = super().build_middleware_stack()
-        for layer in FRONT_DOOR:  # innermost first
-            app = layer(app, state=self.state.sift)
-        return TraceRequests(app)  # outermost: a request's span covers every layer
+    def lifespan(self) -> AbstractAsyncContextManager[object]:
+        """The app's startup and shutdown, for a caller that runs no ASGI server (tests)."""
+        return self.api.router.lifespan_context(self.api)
 
 
-def create_app(state: ServerState) -> FastAPI:
+def api_app(state: ServerState, *, title: str, description: str, lifespan: Lifespan, describe: Describe) -> FastAPI:
+    """The FastAPI part: the models routes (``describe``), the probes and metrics, and
+    an OpenAPI document that describes the work routes too (api/openapi.py)."""
+    app = FastAPI(title=title, version=__version__, description=description, lifespan=lifespan)
+    app.state.sift = state
+    app.add_exception_handler(StarletteHTTPException, routing_error)
+    app.include_router(models_router(describe))
+    app.include_router(health.router)
+    openapi.install(app)
+    return app
+
+
+def create_app(state: ServerState) -> SiftApp:
+    """``sift serve``: the work routes answered by the local serving core."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for name in dict.fromkeys([state.settings.default_model, *state.settings.preload]):
@@ -62,16 +71,16 @@ def create_app(state: ServerState) -> FastAPI:
             yield
         finally:
             state.draining = True
-            await state.registry.close(state.settings.shutdown_grace_s)
+            await state.close(state.settings.shutdown_grace_s)
 
-    app = SiftApp(
+    async def serve(call: Call) -> Reply:
+        return await handle(state, call)
+
+    api = api_app(
+        state,
         title="Sift",
-        version=__version__,
         description="Inference server for embedders, rerankers and zero-shot extractors (SIE v1 wire protocol).",
         lifespan=lifespan,
+        describe=describe_local,
     )
-    app.state.sift = state
-    app.add_exception_handler(StarletteHTTPException, routing_error)
-    for module in (native, openai, models, health):
-        app.include_router(module.router)
-    return app
+    return SiftApp(api, serve)

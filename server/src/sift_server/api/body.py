@@ -1,12 +1,11 @@
 """Request body reading with the size limit and the body timeout, and the
-client-disconnect watch."""
+client-disconnect watch: the one body path of ``sift serve`` and the gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from starlette.requests import Request
 from starlette.types import Receive
 
 from sift_server.api.body_buffer import BodyBuffer
@@ -16,19 +15,8 @@ from sift_server.wire.split import Buffer
 log = logging.getLogger(__name__)
 
 
-async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
-    """The whole body as bytes (see :func:`read_body_buffer`)."""
-    return bytes(await read_body_buffer(request, limit, timeout_s))
-
-
 def declared_length(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
-
-
-async def read_body_buffer(request: Request, limit: int, timeout_s: float | None = None) -> Buffer:
-    """The whole body of a Starlette request (see :func:`read_asgi_body`)."""
-    declared = declared_length(request.headers.get("content-length"))
-    return await read_asgi_body(request.receive, limit, declared, timeout_s, request.method, request.url.path)
 
 
 async def read_asgi_body(
@@ -65,11 +53,3 @@ async def wait_for_asgi_disconnect(receive: Receive) -> None:
     """Returns when the client goes away (only meaningful after the body is read)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def wait_for_disconnect(request: Request) -> None:
-    """Returns when the client goes away (only meaningful after the body is read)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return

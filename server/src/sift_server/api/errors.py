@@ -7,25 +7,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sift_server.core.envelopes import (
-    OPENAI_PATH,
-    Envelope,
-    envelope_for_path,
-    native_envelope,
-    openai_envelope,
-)
+from sift_server.core.endpoints import envelope_for_path
+from sift_server.core.envelopes import native_envelope, openai_envelope
 from sift_server.errors import MethodNotAllowed, RouteNotFound, SiftError
-
-__all__ = [
-    "OPENAI_PATH",
-    "Envelope",
-    "envelope_for_path",
-    "native_envelope",
-    "native_error",
-    "openai_envelope",
-    "openai_error",
-    "routing_error",
-]
 
 
 def native_error(error: SiftError, runtime_instance: str | None = None) -> JSONResponse:

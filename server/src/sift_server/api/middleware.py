@@ -1,18 +1,19 @@
 """The HTTP front door: small pure-ASGI layers on the hot path, one job each.
 
-From the outside in (``install_front_door`` stacks them):
+From the outside in (``front_door`` stacks them, once, for ``sift serve`` and
+the gateway alike):
 
 * ``DrainGate``: 503 to every new request once a shutdown signal came;
 * ``ApiKeyGate``: 401 without the configured bearer key;
 * ``BodyLimit``: 413 from the declared Content-Length, before the body is read;
-* ``IngressCount``: counts a native request for its model the moment its
-  headers arrive, before its body is read (the adaptive policy learns from it);
-* ``NativeRoutes``: answers the work POSTs (native and OpenAI) directly
-  (``api.native.serve_native``) rather than through FastAPI's router.
+* ``IngressCount``: counts a request for the model its path names the moment
+  its headers arrive, before its body is read (the adaptive policy learns from it).
+
+Inside them: the work routes (api/work.py), then FastAPI for the rest.
 
 Health probes pass every layer untouched. A refusal is a domain error
 (``sift_server.errors``) rendered by the envelope of the path's API family
-(``core.envelopes.envelope_for_path``), like every other error.
+(``core.endpoints.envelope_for_path``), like every other error.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sift_server.api.native import serve_native
-from sift_server.core.endpoints import NATIVE_PREFIXES
-from sift_server.core.envelopes import OPENAI_PATH, envelope_for_path
+from sift_server.core.endpoints import envelope_for_path, route
 from sift_server.core.state import ServerState
 from sift_server.errors import BodyTooLarge, ShuttingDown, SiftError, Unauthorized
 from sift_server.service.common import split_profile
@@ -36,10 +35,6 @@ PROBES = frozenset({"/healthz", "/livez", "/readyz"})
 def _gated(scope: Scope) -> bool:
     """An HTTP request other than a health probe."""
     return scope["type"] == "http" and scope["path"] not in PROBES
-
-
-def _native(scope: Scope) -> bool:
-    return scope["type"] == "http" and str(scope["path"]).startswith(NATIVE_PREFIXES)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -101,7 +96,7 @@ class BodyLimit:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _native(scope) or (scope["type"] == "http" and scope["path"] == OPENAI_PATH):
+        if scope["type"] == "http" and route(scope["path"]) is not None:
             limit = self.state.settings.max_body_bytes
             declared = _header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -119,12 +114,11 @@ class IngressCount:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not _native(scope):
+        target = route(scope["path"]) if scope["type"] == "http" else None
+        if target is None or not target[1]:  # not a work route, or its model is in the body
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
-        model = path.split("/", 3)[3] if path.count("/") >= 3 else ""
-        ticket = self.state.registry.begin_ingress(split_profile(model)[0])
+        ticket = self.state.registry.begin_ingress(split_profile(target[1])[0])
         if ticket is None:
             await self.app(scope, receive, send)
             return
@@ -135,28 +129,12 @@ class IngressCount:
             ticket.end()
 
 
-class NativeRoutes:
-    """``sift serve``'s work POSTs (native and OpenAI) answered from its registry;
-    anything else (other methods, the OpenAPI routes) goes on to FastAPI."""
-
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
-        self.app = app
-        self.state = state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and await serve_native(scope, receive, send, self.state):
-            return
-        await self.app(scope, receive, send)
+# Innermost first.
+FRONT_DOOR: tuple[type[Any], ...] = (IngressCount, BodyLimit, ApiKeyGate, DrainGate)
 
 
-# Innermost first: Starlette's add_middleware puts each new layer outside the previous ones.
-FRONT_DOOR: tuple[type[Any], ...] = (NativeRoutes, IngressCount, BodyLimit, ApiKeyGate, DrainGate)
-
-
-def install_front_door(app: Any, state: ServerState, *, answer_native: bool) -> None:
-    """Stack the layers on ``app``. ``answer_native``: ``sift serve``; off where
-    the app's native routes do something else (the gateway forwards them)."""
+def front_door(app: ASGIApp, state: ServerState) -> ASGIApp:
+    """``app`` behind the front door's layers."""
     for layer in FRONT_DOOR:
-        if layer is NativeRoutes and not answer_native:
-            continue
-        app.add_middleware(layer, state=state)
+        app = layer(app, state=state)
+    return app

@@ -1,7 +1,10 @@
-"""``GET /v1/models`` and ``GET /v1/models/{model}``: cheap, never load a model."""
+"""``GET /v1/models`` and ``GET /v1/models/{model}``: cheap, never load a model.
+``sift serve`` describes a model from its own registry (:func:`describe_local`);
+the gateway adds what a live worker's heartbeat says (cluster/gateway.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -12,8 +15,6 @@ from sift_server.api.errors import native_error
 from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
 from sift_server.registry.registry import ModelRecord
-
-router = APIRouter()
 
 _TASK_OUTPUTS = {"score": ["score"], "extract": ["json"]}
 
@@ -57,18 +58,27 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/models", summary="List the catalog's models")
-async def list_models(request: Request) -> Response:
-    state: ServerState = request.app.state.sift
-    records = [state.registry.records[name] for name in state.registry.catalog.names()]
-    return JSONResponse({"models": [model_info(r, state.runtime_instance) for r in records]})
+# How one catalog model is described (raises SiftError, e.g. MODEL_NOT_FOUND).
+Describe = Callable[[ServerState, str], Awaitable[dict[str, Any]]]
 
 
-@router.get("/v1/models/{model:path}", summary="Describe one model")
-async def get_model(request: Request, model: str) -> Response:
-    state: ServerState = request.app.state.sift
-    try:
-        record = state.registry.record(model)
-    except SiftError as error:
-        return native_error(error)
-    return JSONResponse(model_info(record, state.runtime_instance))
+async def describe_local(state: ServerState, name: str) -> dict[str, Any]:
+    return model_info(state.registry.record(name), state.runtime_instance)
+
+
+def models_router(describe: Describe) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/models", summary="List the catalog's models")
+    async def list_models(request: Request) -> Response:
+        state: ServerState = request.app.state.sift
+        return JSONResponse({"models": [await describe(state, name) for name in state.registry.catalog.names()]})
+
+    @router.get("/v1/models/{model:path}", summary="Describe one model")
+    async def get_model(request: Request, model: str) -> Response:
+        try:
+            return JSONResponse(await describe(request.app.state.sift, model))
+        except SiftError as error:
+            return native_error(error)
+
+    return router

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import msgpack
 
+from sift_server.wire.split import Buffer
+
 # Request headers carried to the worker (the serving core reads only these).
 FORWARDED_HEADERS = frozenset({"content-type", "accept", "x-request-id", "user-agent"})
 
@@ -15,7 +17,7 @@ FORWARDED_HEADERS = frozenset({"content-type", "accept", "x-request-id", "user-a
 class WorkRequest:
     path: str
     headers: list[tuple[str, str]]
-    body: bytes
+    body: Buffer  # as the gateway read it (a view of a memory map past 1 MiB); bytes once unpacked
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,11 @@ the heartbeat bucket and the message headers."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+
+from nats.js.api import DEFAULT_PREFIX
 
 STREAM = "SIFT_WORK"
 WORK_PREFIX = "sift.work"
@@ -35,6 +38,19 @@ def work_subject(model: str) -> str:
 def durable_name(model: str) -> str:
     """One durable pull consumer per model, shared by all its workers."""
     return "sift-" + model_token(model).replace("=", "_")
+
+
+def pull_request(durable: str, expires_s: float) -> tuple[str, bytes]:
+    """The subject and body of one single-message pull request on the durable
+    consumer ``durable``, answered on the inbox it is published with.
+
+    nats-py's pull API (``PullSubscription.fetch``) awaits each batch on its own
+    subscription; the worker instead keeps one request standing per free slot,
+    all answered on one inbox callback (cluster/worker.py), and nats-py names
+    neither that subject nor that body publicly. They are JetStream's API
+    (CONSUMER.MSG.NEXT under nats-py's own default prefix), built here only."""
+    body = json.dumps({"batch": 1, "expires": int(expires_s * 1e9)}).encode()
+    return f"{DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{durable}", body
 
 
 def reply_subject(gateway_id: str, request_id: str) -> str:

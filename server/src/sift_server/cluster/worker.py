@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -48,9 +47,9 @@ from sift_server.cluster.keepalive import Keepalive
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
     REPLY_HEADER,
-    STREAM,
     WORKER_HEADER,
     heartbeat_key,
+    pull_request,
 )
 from sift_server.composition import build_state
 from sift_server.core.endpoints import route
@@ -61,6 +60,7 @@ from sift_server.engine.worker import ModelWorker
 from sift_server.errors import RequestCancelled, RouteNotFound, ShuttingDown, SiftError
 from sift_server.server import arm_exit_watchdog, hard_exit
 from sift_server.telemetry import propagation
+from sift_server.wire.split import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ async def call_core(
     state: ServerState,
     path: str,
     headers: list[tuple[str, str]],
-    body: bytes,
+    body: Buffer,
     *,
     ingress: IngressTicket | None,
     deadline: float,
@@ -112,7 +112,7 @@ async def call_core(
     Domain errors stay raised (the caller decides ack, nak or terminate)."""
     target = route(path)
     if target is None:
-        return _work_reply(error_reply(state, None, RouteNotFound(f"No route {path} on a worker.")))
+        return await _work_reply(error_reply(state, None, RouteNotFound(f"No route {path} on a worker.")))
     endpoint, model = target
 
     async def gone() -> None:
@@ -127,14 +127,16 @@ async def call_core(
             raise
         except SiftError as error:
             reply = error_reply(state, endpoint, error)
-    return _work_reply(reply)
+    return await _work_reply(reply)
 
 
-def _work_reply(reply: Reply) -> WorkReply:
-    """The reply as an HTTP answer's header list, names in lower case."""
+async def _work_reply(reply: Reply) -> WorkReply:
+    """The reply as an HTTP answer's header list, names in lower case; a streamed
+    body is joined (the reply is one message)."""
     headers = [(name.lower(), value) for name, value in reply.headers.items()]
     headers.append(("content-type", reply.media_type))
-    return WorkReply(reply.status, headers, reply.body)
+    body = reply.body if isinstance(reply.body, bytes) else b"".join([chunk async for chunk in reply.body])
+    return WorkReply(reply.status, headers, body)
 
 
 class ModelPuller:
@@ -179,8 +181,7 @@ class ModelPuller:
         nc = self.owner.nc
         assert nc is not None
         options = self.owner.options
-        subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{self.durable}"
-        request = json.dumps({"batch": 1, "expires": int(options.pull_expires_s * 1e9)}).encode()
+        subject, request = pull_request(self.durable, options.pull_expires_s)
         while not self.stopping:
             # Requests the server answered neither with a message nor a status are gone by now.
             horizon = time.monotonic() - options.pull_expires_s - 1.0

@@ -11,6 +11,7 @@ import numpy as np
 
 from sift_server.errors import InvalidInput
 from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS
+from sift_server.wire.msgspec_text import top_field
 from sift_server.wire.sliced import decode_sliced
 from sift_server.wire.split import Buffer
 
@@ -50,23 +51,10 @@ async def parse_embeddings(raw: Buffer, content_type: str | None) -> EmbeddingsB
     try:
         body = await decode_sliced(raw, "json", EmbeddingsBody, "input", Any)
     except InvalidInput as exc:
-        raise InvalidInput(exc.message, param=_param_of(exc.message)) from exc
+        raise InvalidInput(exc.message, param=top_field(exc.message)) from exc
     if isinstance(body.input, msgspec.UnsetType):
         raise InvalidInput("Invalid request body: Object missing required field `input`", param="input")
     return body
-
-
-def _param_of(message: str) -> str | None:
-    """The field a msgspec message names (``... - at `$.dimensions``` or
-    ``Object missing required field `model```)."""
-    missing = "missing required field `"
-    if missing in message:
-        return message.split(missing, 1)[1].split("`", 1)[0] or None
-    marker = "at `$."
-    if marker not in message:
-        return None
-    field = message.split(marker, 1)[1].split("`", 1)[0]
-    return field.split(".", 1)[0].split("[", 1)[0] or None
 
 
 def input_texts(value: str | list[Any] | msgspec.UnsetType) -> list[str]:

@@ -14,8 +14,6 @@ from typing import Any
 
 from sift_server.errors import SiftError
 
-OPENAI_PATH = "/v1/embeddings"
-
 # OpenAI-route codes for our domain codes (API.md §5); every other code is the
 # domain code in lower case, so the route's codes are lower case throughout.
 _OPENAI_CODES = {
@@ -55,11 +53,6 @@ def openai_envelope(error: SiftError, param: str | None = None) -> Envelope:
     if error.close_connection:
         headers["Connection"] = "close"
     return error.status, {"error": body}, headers
-
-
-def envelope_for_path(path: str, error: SiftError) -> Envelope:
-    """The OpenAI envelope on the OpenAI route, the native one everywhere else."""
-    return openai_envelope(error) if path == OPENAI_PATH else native_envelope(error)
 
 
 def render_json(body: dict[str, Any]) -> bytes:

@@ -6,6 +6,10 @@ routes with what the socket gave them, the worker with a queue message's
 fields. Neither re-enters the other's layer. Errors stay typed up to the
 caller, which decides what they mean there (an HTTP answer, or ack / nak /
 terminate); ``error_reply`` renders one in its endpoint's envelope.
+
+``SERVING`` says what runs each endpoint of the table (core/endpoints.py): how its
+body is decoded (``decode``, which the gateway also runs so that a malformed body
+never reaches the queue) and how the decoded request is answered (``run``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,15 +39,15 @@ from sift_server.wire.schemas import EncodeBody, Item
 from sift_server.wire.sliced import decode_sliced, encode_sliced
 from sift_server.wire.split import Buffer
 
-Service = Callable[[Registry, str, Any, Limits, RequestContext], Awaitable[Outcome]]
-_SERVICES: dict[str, Service] = {"encode": encode, "score": score, "extract": extract}
-
 
 @dataclass(slots=True)
 class Reply:
+    """An answer. ``body``: the whole body, or its chunks as they are made (a
+    streamed answer: sent as they come, without a Content-Length)."""
+
     status: int
     headers: dict[str, str]
-    body: bytes
+    body: bytes | AsyncIterable[bytes]
     media_type: str = JSON_TYPE
 
 
@@ -88,13 +92,13 @@ def request_id_of(headers: Mapping[str, str]) -> str:
 
 async def handle(state: ServerState, call: Call) -> Reply:
     """Run one request; raises ``SiftError`` (counted in the metrics) when it fails."""
-    if call.endpoint.family == "openai":
-        return await _embeddings(state, call)
-    try:
-        return await _native(state, call)
-    except SiftError as error:
-        state.metrics.count(call.model, call.endpoint.name, error.status)
-        raise
+    return await SERVING[call.endpoint.name].run(state, call)
+
+
+async def decode(call: Call) -> tuple[str, Any]:
+    """The model a request names (its path's, or its body's) and its decoded body;
+    raises the ``SiftError`` that ``handle`` would for a malformed body."""
+    return await SERVING[call.endpoint.name].decode(call)
 
 
 def error_reply(state: ServerState, endpoint: Endpoint | None, error: SiftError) -> Reply:
@@ -107,13 +111,32 @@ def error_reply(state: ServerState, endpoint: Endpoint | None, error: SiftError)
     return Reply(status, headers, render_json(body))
 
 
-async def _native(state: ServerState, call: Call) -> Reply:
+async def _decode_native(call: Call) -> tuple[str, Any]:
+    fmt = request_format(call.headers.get("content-type"))
+    return call.model, await decode_sliced(call.body, fmt, call.endpoint.schema, "items", Item)
+
+
+Service = Callable[[Registry, str, Any, Limits, RequestContext], Awaitable[Outcome]]
+
+
+def _native(service: Service) -> Callable[[ServerState, Call], Awaitable[Reply]]:
+    """A native endpoint: the body decoded, the use case run, its payload encoded."""
+
+    async def run(state: ServerState, call: Call) -> Reply:
+        try:
+            return await _run_native(state, call, service)
+        except SiftError as error:
+            state.metrics.count(call.model, call.endpoint.name, error.status)
+            raise
+
+    return run
+
+
+async def _run_native(state: ServerState, call: Call, service: Service) -> Reply:
     endpoint = call.endpoint
     ctx = RequestContext(request_id_of(call.headers), call.started, call.ingress, call.disconnected, prep=state.prep)
-    decoded = await decode_sliced(
-        call.body, request_format(call.headers.get("content-type")), endpoint.schema, "items", Item
-    )
-    outcome = await _SERVICES[endpoint.name](state.registry, call.model, decoded, state.limits, ctx)
+    _, decoded = await _decode_native(call)
+    outcome = await service(state.registry, call.model, decoded, state.limits, ctx)
     out_fmt = response_format(call.headers.get("accept"))
     content = await encode_sliced(outcome.payload, out_fmt)
     headers = {"X-SIE-Server-Version": WIRE_COMPAT_VERSION, "X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}
@@ -125,11 +148,16 @@ async def _native(state: ServerState, call: Call) -> Reply:
     return Reply(200, headers, content, MSGPACK_TYPE if out_fmt == "msgpack" else JSON_TYPE)
 
 
+async def _decode_embeddings(call: Call) -> tuple[str, Any]:
+    body = await parse_embeddings(call.body, call.headers.get("content-type"))
+    return body.model, body
+
+
 async def _embeddings(state: ServerState, call: Call) -> Reply:
     ingress = call.ingress
     model = ""
     try:
-        body = await parse_embeddings(call.body, call.headers.get("content-type"))
+        _, body = await _decode_embeddings(call)
         model = body.model
         texts = input_texts(body.input)
         if ingress is None:
@@ -152,3 +180,21 @@ async def _embeddings(state: ServerState, call: Call) -> Reply:
     content = embeddings_answer(body, outcome.vectors, outcome.input_tokens)
     state.metrics.count(body.model, call.endpoint.name, 200, time.perf_counter() - call.started)
     return Reply(200, {"X-SIE-Served-By": "local"}, content)
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
+    (the whole request: decode, serve, encode the answer; errors counted)."""
+
+    decode: Callable[[Call], Awaitable[tuple[str, Any]]]
+    run: Callable[[ServerState, Call], Awaitable[Reply]]
+
+
+# By endpoint name (core/endpoints.py): a new endpoint's entry there and its service here.
+SERVING: dict[str, Serving] = {
+    "encode": Serving(_decode_native, _native(encode)),
+    "score": Serving(_decode_native, _native(score)),
+    "extract": Serving(_decode_native, _native(extract)),
+    "embeddings": Serving(_decode_embeddings, _embeddings),
+}

@@ -11,9 +11,9 @@ then decodes the body whole, which also produces the exact error message.
 JSON has no length prefixes, so skipping a value means scanning it. Each value is
 stepped over by msgspec (decoding it as ``msgspec.Raw``, which only scans) on a
 window of the body; msgspec stops at the first byte after the value and names its
-offset in a "trailing characters" error. MessagePack values are length-prefixed:
-msgspec decodes the top-level map and the field as ``msgspec.Raw`` values, a walk
-over headers only.
+offset in a "trailing characters" error (wire/msgspec_text.py). MessagePack
+values are length-prefixed: msgspec decodes the top-level map and the field as
+``msgspec.Raw`` values, a walk over headers only.
 
 Top-level string fields with a maximum length (``StrType.max_length`` in the
 schema, as OpenAI's ``model``) are stepped over in a window no larger than the
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from sift_server.wire.msgspec_text import trailing_offset, truncated
 from sift_server.wire.negotiation import Format
 
 Buffer = bytes | bytearray | memoryview
@@ -64,7 +65,6 @@ _MSGPACK_STR_HEADS = frozenset([*range(0xA0, 0xC0), 0xD9, 0xDA, 0xDB])
 Walk = Generator[int, None, Split | None]
 
 _WS = re.compile(rb"[ \t\n\r]*")
-_TRAILING = re.compile(r"JSON is malformed: trailing characters \(byte (\d+)\)")
 _json_raw = msgspec.json.Decoder(msgspec.Raw)
 _json_key = msgspec.json.Decoder(str)
 _msgpack_top = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
@@ -115,12 +115,11 @@ def _scan(view: memoryview, pos: int, window: int) -> tuple[int | None, bool]:
     try:
         _json_raw.decode(view[pos:end])
     except msgspec.DecodeError as exc:
-        message = str(exc)
-        match = _TRAILING.fullmatch(message)
-        if match is None:
-            return None, message == "Input data was truncated"
-        # msgspec counts the trailing byte from one.
-        return pos + int(match.group(1)) - 1, False
+        # msgspec tells where the value ended only in this error (wire/msgspec_text.py).
+        offset = trailing_offset(exc)
+        if offset is None:
+            return None, truncated(exc)
+        return pos + offset, False
     except RecursionError:
         return None, False
     return None, False
