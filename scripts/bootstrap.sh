@@ -72,7 +72,9 @@ compat_pid=""
 if [ -x "$py312" ]; then
   rm -rf .venv/sie-compat
   (venv_for "$py312" .venv/sie-compat &&
-    install_into .venv/sie-compat/bin/python "sie-sdk==0.10.1" "openai==3.57.0" "cohere==7.3.1") \
+    install_into .venv/sie-compat/bin/python "sie-sdk==0.10.1" "openai==3.57.0" "cohere==7.3.1" \
+      "sie-qdrant==0.10.1" "qdrant-client==1.20.0" "sie-chroma==0.10.1" "chromadb==1.5.9" \
+      "sie-lancedb==0.10.1" "lancedb==0.40.0") \
     >"$side_logs/compat.log" 2>&1 &
   compat_pid=$!
 fi
