@@ -74,13 +74,19 @@ def check(url: str, result: dict[str, Any]) -> None:
     assert refused.startswith("BadRequestError: ") and "does not support reranking" in refused
 
 
-def test_cohere_rerank_against_sift_serve(direct: ServerProcess) -> None:
-    check(direct.url, drive(direct.url))
+@pytest.fixture(scope="module")
+def direct_answers(direct: ServerProcess) -> dict[str, Any]:
+    """What the client got from ``sift serve`` (one driver run; both tests read it)."""
+    return drive(direct.url)
 
 
-def test_cohere_rerank_through_the_gateway(direct: ServerProcess, gateway: LocalCluster) -> None:
+def test_cohere_rerank_against_sift_serve(direct: ServerProcess, direct_answers: dict[str, Any]) -> None:
+    check(direct.url, direct_answers)
+
+
+def test_cohere_rerank_through_the_gateway(direct_answers: dict[str, Any], gateway: LocalCluster) -> None:
     through = drive(gateway.url)
     check(gateway.url, through)
-    direct_scores = {r["index"]: r["relevance_score"] for r in ok(drive(direct.url), "strings")["results"]}
+    direct_scores = {r["index"]: r["relevance_score"] for r in ok(direct_answers, "strings")["results"]}
     for entry in ok(through, "strings")["results"]:
         assert entry["relevance_score"] == pytest.approx(direct_scores[entry["index"]], rel=1e-5, abs=1e-6)
