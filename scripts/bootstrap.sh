@@ -63,7 +63,8 @@ install_into .venv/bin/python --no-deps --target .venv/pylate-ref \
   "pylate==1.6.0" "sentence-transformers==5.3.0" "transformers==5.3.0" "tokenizers==0.22.2" \
   >"$side_logs/pylate.log" 2>&1 &
 pylate_pid=$!
-# The released SIE SDK (it needs Python 3.12) and the OpenAI client, for the black-box
+# The released SIE SDK (it needs Python 3.12), the OpenAI client and the Cohere client (its
+# rerank against /v1/rerank), for the black-box
 # compatibility test (tests/compat): a venv of their own, nothing of Sift's in it.
 # Without that interpreter the test is skipped.
 py312="${SIFT_PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python3.12}"
@@ -71,7 +72,9 @@ compat_pid=""
 if [ -x "$py312" ]; then
   rm -rf .venv/sie-compat
   (venv_for "$py312" .venv/sie-compat &&
-    install_into .venv/sie-compat/bin/python "sie-sdk==0.10.1" "openai==3.57.0") \
+    install_into .venv/sie-compat/bin/python "sie-sdk==0.10.1" "openai==3.57.0" "cohere==7.3.1" \
+      "sie-qdrant==0.10.1" "qdrant-client==1.20.0" "sie-chroma==0.10.1" "chromadb==1.5.9" \
+      "sie-lancedb==0.10.1" "lancedb==0.40.0") \
     >"$side_logs/compat.log" 2>&1 &
   compat_pid=$!
 fi

@@ -29,7 +29,7 @@ class EmbeddingsBody(msgspec.Struct):
     user: str | None = None
 
 
-def _is_json(content_type: str | None) -> bool:
+def is_json_type(content_type: str | None) -> bool:
     """No Content-Type is read as JSON (as the native routes do); any other
     type must name JSON: this route has no msgpack form."""
     if content_type is None or not content_type.strip():
@@ -38,15 +38,15 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
-def _blank(raw: Buffer) -> bool:
+def is_blank(raw: Buffer) -> bool:
     """Empty or only whitespace; a large body is copied only if it starts blank."""
     return len(raw) == 0 or (bytes(raw[:64]).isspace() and bytes(raw).isspace())
 
 
 async def parse_embeddings(raw: Buffer, content_type: str | None) -> EmbeddingsBody:
-    if not _is_json(content_type):
+    if not is_json_type(content_type):
         raise InvalidInput("This route accepts JSON only: send 'Content-Type: application/json'.")
-    if _blank(raw):
+    if is_blank(raw):
         raise InvalidInput("The request body is empty; send a JSON object with 'model' and 'input'.")
     try:
         body = await decode_sliced(raw, "json", EmbeddingsBody, "input", Any)

@@ -16,6 +16,7 @@ import msgspec
 
 from sift_server.core.embeddings import EmbeddingsBody
 from sift_server.core.envelopes import Envelope, native_envelope, openai_envelope
+from sift_server.core.rerank import RerankBody
 from sift_server.errors import SiftError
 from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
 
@@ -24,7 +25,7 @@ Family = Literal["native", "openai"]
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    name: str  # encode, score, extract, embeddings (also the metrics' endpoint label)
+    name: str  # encode, score, extract, embeddings, rerank (also the metrics' endpoint label)
     # Ending in "/": a prefix, the model is the rest of the path; else the whole path
     # (the model is named in the body).
     path: str
@@ -47,7 +48,9 @@ SCORE = Endpoint("score", "/v1/score/", ScoreBody, "native", "Rerank items again
 EXTRACT = Endpoint("extract", "/v1/extract/", ExtractBody, "native", "Extract entities or classes from items")
 EMBEDDINGS = Endpoint("embeddings", "/v1/embeddings", EmbeddingsBody, "openai", "OpenAI-compatible embeddings")
 
-ENDPOINTS: tuple[Endpoint, ...] = (ENCODE, SCORE, EXTRACT, EMBEDDINGS)
+RERANK = Endpoint("rerank", "/v1/rerank", RerankBody, "openai", "Cohere-compatible rerank over any score model")
+
+ENDPOINTS: tuple[Endpoint, ...] = (ENCODE, SCORE, EXTRACT, EMBEDDINGS, RERANK)
 
 NATIVE: tuple[Endpoint, ...] = tuple(e for e in ENDPOINTS if e.family == "native")
 NATIVE_PREFIXES: tuple[str, ...] = tuple(e.path for e in NATIVE if e.model_in_path)

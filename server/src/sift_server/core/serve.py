@@ -25,6 +25,7 @@ from sift_server import WIRE_COMPAT_VERSION
 from sift_server.core.embeddings import embeddings_answer, input_texts, parse_embeddings
 from sift_server.core.endpoints import Endpoint
 from sift_server.core.envelopes import native_envelope, openai_envelope, render_json
+from sift_server.core.rerank import parse_rerank, rerank_answer, score_body
 from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError, TaskNotSupported
@@ -182,6 +183,38 @@ async def _embeddings(state: ServerState, call: Call) -> Reply:
     return Reply(200, {"X-SIE-Served-By": "local"}, content)
 
 
+async def _decode_rerank(call: Call) -> tuple[str, Any]:
+    body = await parse_rerank(call.body, call.headers.get("content-type"))
+    return body.model, body
+
+
+async def _rerank(state: ServerState, call: Call) -> Reply:
+    """The score service over the same pairs (so the engine batches them as a
+    score request's), answered in the Cohere shape."""
+    ingress = call.ingress
+    model = ""
+    try:
+        _, body = await _decode_rerank(call)
+        model = body.model
+        if ingress is None:
+            ingress = state.registry.begin_ingress(body.model, call.started)
+        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
+        try:
+            outcome = await score(state.registry, body.model, score_body(body), state.limits, ctx)
+        except TaskNotSupported as error:
+            message = f"Model '{body.model}' does not support reranking (no score task). Use a reranker model."
+            raise InvalidInput(message, param="model") from error
+    except SiftError as error:
+        state.metrics.count(model, call.endpoint.name, error.status)
+        raise
+    finally:
+        if ingress is not None:
+            ingress.end()
+    content = rerank_answer(body, outcome.payload)
+    state.metrics.count(body.model, call.endpoint.name, 200, time.perf_counter() - call.started)
+    return Reply(200, {"X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}, content)
+
+
 @dataclass(frozen=True, slots=True)
 class Serving:
     """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
@@ -197,4 +230,5 @@ SERVING: dict[str, Serving] = {
     "score": Serving(_decode_native, _native(score)),
     "extract": Serving(_decode_native, _native(extract)),
     "embeddings": Serving(_decode_embeddings, _embeddings),
+    "rerank": Serving(_decode_rerank, _rerank),
 }
