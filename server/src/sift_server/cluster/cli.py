@@ -132,9 +132,10 @@ def _cluster(args: argparse.Namespace) -> int:
             skip = True
             continue
         worker_only.append(worker_args[index])
+    # Returns once every worker serves: "ready" means answers, not a listening gateway.
     cluster = start_local_cluster(args.workers, worker_only, gateway_args, folder=args.folder, port=args.port)
     print(
-        f"sift cluster: gateway {cluster.url}, NATS {cluster.nats_url}, "
+        f"sift cluster ready: gateway {cluster.url}, NATS {cluster.nats_url}, "
         f"{args.workers} workers; logs in {cluster.folder}"
     )
     stopping = False

@@ -1,16 +1,31 @@
 """A cluster on one machine: a JetStream-enabled nats-server in a temporary
 folder, a gateway and workers (``sift cluster``, and the tests), started and
-stopped with sift_server.processes."""
+stopped with sift_server.processes.
+
+It is ready when its workers serve, not when the gateway listens: the gateway is
+ready as soon as it can accept and queue requests (cluster.md, "Readiness"), which
+is what a load balancer needs, while whoever starts a local cluster wants answers.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sift_server.processes import SiftProcess, free_port, sift_command, spawn, start_nats, wait_port
+from sift_server.processes import (
+    ProcessStartError,
+    SiftProcess,
+    free_port,
+    sift_command,
+    spawn,
+    start_nats,
+    wait_port,
+)
 
 
 async def live_workers(nats_url: str, model: str) -> set[str]:
@@ -31,6 +46,38 @@ async def live_workers(nats_url: str, model: str) -> set[str]:
         return {k[len(prefix) :] for k in keys if k.startswith(prefix)}
     finally:
         await nc.close()
+
+
+async def workers_heard(nats_url: str) -> set[str]:
+    """The ids of the workers with a current heartbeat for any model (a worker puts
+    them once its models are loaded, as it starts pulling)."""
+    import nats
+    from nats.js.errors import NoKeysError
+
+    from sift_server.cluster.subjects import HEARTBEAT_BUCKET
+
+    nc = await nats.connect(nats_url)
+    try:
+        try:
+            keys = await (await nc.jetstream().key_value(HEARTBEAT_BUCKET)).keys()
+        except (NoKeysError, nats.js.errors.BucketNotFoundError):
+            return set()
+        return {key.split(".", 1)[1] for key in keys if "." in key}
+    finally:
+        await nc.close()
+
+
+def wait_workers_serve(nats_url: str, workers: dict[str, SiftProcess], timeout: float) -> None:
+    """Until every worker (id -> process) has a heartbeat; a worker that exits meanwhile fails it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in workers.values():
+            if not proc.alive():
+                raise ProcessStartError(f"{proc.name} exited while loading:\n{proc.log_tail()}")
+        if set(workers) <= asyncio.run(workers_heard(nats_url)):
+            return
+        time.sleep(0.2)
+    raise ProcessStartError(f"workers {sorted(workers)} did not serve within {timeout:g}s")
 
 
 @dataclass
@@ -59,7 +106,10 @@ def start_local_cluster(
     folder: Path | None = None,
     port: int | None = None,
     launcher: Sequence[str] | None = None,
+    load_timeout_s: float = 600.0,
 ) -> LocalCluster:
+    """Start NATS, the gateway and ``workers`` workers; return once the gateway
+    listens and every worker serves (its models loaded)."""
     folder = folder or Path(tempfile.mkdtemp(prefix="sift-cluster-"))
     nats_proc, nats_url = start_nats(folder)
     base = sift_command(launcher)
@@ -72,7 +122,7 @@ def start_local_cluster(
             folder / "gateway.log",
         )
         started.append(gateway)
-        procs = []
+        procs: dict[str, SiftProcess] = {}
         for index in range(workers):
             proc = spawn(
                 f"worker-{index}",
@@ -80,9 +130,10 @@ def start_local_cluster(
                 folder / f"worker-{index}.log",
             )
             started.append(proc)
-            procs.append(proc)
+            procs[f"w{index}"] = proc
         wait_port(port, gateway, timeout=120)
-        return LocalCluster(folder, nats_proc, nats_url, gateway, f"http://127.0.0.1:{port}", procs)
+        wait_workers_serve(nats_url, procs, load_timeout_s)
+        return LocalCluster(folder, nats_proc, nats_url, gateway, f"http://127.0.0.1:{port}", list(procs.values()))
     except BaseException:
         for proc in reversed(started):
             proc.stop(signal.SIGKILL)
