@@ -31,13 +31,14 @@ from tests.cluster.sleeper import write_sleeper_entry
 COLD = "test/cold"
 EXPIRING = "test/expiring"
 WARM = "test/warm"
+SCALED = "test/scaled"
 REQUESTS = 16
 WARM_LOAD_MS = 4000
 
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory: pytest.TempPathFactory) -> SleeperPaths:
-    paths = sleeper_paths(tmp_path_factory, "cold", {COLD: 50, EXPIRING: 20})
+    paths = sleeper_paths(tmp_path_factory, "cold", {COLD: 50, EXPIRING: 20, SCALED: 50})
     # Its load takes a while: long after the gateway listens.
     write_sleeper_entry(paths.catalog, WARM, 20, load_ms=WARM_LOAD_MS)
     return paths
@@ -128,4 +129,46 @@ def test_a_local_cluster_is_ready_once_its_workers_serve(paths: SleeperPaths) ->
         response = post(cluster.url, WARM, ["a b"])
         assert response.status_code == 200 and response.headers["x-sift-worker"] == "w0"
     finally:
+        cluster.stop()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_local_scaler_wakes_workers_on_backlog_and_retires_them_after_idle(paths: SleeperPaths) -> None:
+    from sift_server.cluster.autoscale import LocalScaler
+    from sift_server.cluster.scaler import ScalePolicy
+
+    worker_args = ["--catalog", str(paths.catalog), "--model", SCALED, "--no-calibrate"]
+    cluster = start_cluster(paths.root / "scaled", 0, worker_args, ["--catalog", str(paths.catalog), "--model", SCALED])
+    clock = FakeClock()
+    scaler = LocalScaler(cluster, [SCALED], ScalePolicy(0, 2, backlog_per_worker=4, idle_s=30.0), clock)
+    try:
+        assert scaler.tick() == 0 and cluster.workers == []  # no backlog: nothing runs
+        responses: list[httpx.Response] = []
+        threads = [
+            threading.Thread(target=lambda i=i: responses.append(post(cluster.url, SCALED, [f"t {i}"])))
+            for i in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: scaler.backlog() == 8, "the backlog", 60)
+        assert scaler.tick() == 2 and len(cluster.workers) == 2  # ceil(8 / 4)
+        for thread in threads:
+            thread.join(120)
+        assert sorted(r.status_code for r in responses) == [200] * 8, [r.text for r in responses]
+        assert scaler.tick() == 2  # idle for less than idle_s: kept
+        clock.now += 30.0
+        assert scaler.tick() == 0 and cluster.workers == []
+        wait_for(lambda: all(not p.alive() for p in cluster.leaving), "the retired workers to exit", 60)
+        # A worker that served drained and exited 0 (one retired while still starting has nothing to drain).
+        served = {r.headers["x-sift-worker"] for r in responses}
+        assert {p.name: p.process.returncode for p in cluster.leaving if p.name in served} == dict.fromkeys(served, 0)
+    finally:
+        scaler.close()
         cluster.stop()

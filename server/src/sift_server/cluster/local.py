@@ -88,12 +88,42 @@ class LocalCluster:
     gateway: SiftProcess
     url: str
     workers: list[SiftProcess] = field(default_factory=list)
+    # How to start one more worker (the command less its id), for the local scaler.
+    worker_command: list[str] = field(default_factory=list)
+    # Workers sent SIGTERM by the scaler, draining until they exit.
+    leaving: list[SiftProcess] = field(default_factory=list)
+    started_workers: int = 0
+
+    def start_worker(self) -> SiftProcess:
+        worker_id = f"w{self.started_workers}"
+        self.started_workers += 1
+        proc = spawn(
+            worker_id,
+            [*self.worker_command, "--worker-id", worker_id],
+            self.folder / f"worker-{worker_id[1:]}.log",
+        )
+        self.workers.append(proc)
+        return proc
+
+    def retire_worker(self) -> SiftProcess:
+        """SIGTERM the newest worker: it drains (finishes what it holds) and exits."""
+        proc = self.workers.pop()
+        if proc.alive():
+            proc.process.send_signal(signal.SIGTERM)
+        self.leaving.append(proc)
+        return proc
+
+    def reap(self) -> None:
+        """Forget the workers that exited (drained, or died: the scaler replaces them if needed)."""
+        self.workers = [proc for proc in self.workers if proc.alive()]
+        self.leaving = [proc for proc in self.leaving if proc.alive()]
 
     def stop(self) -> None:
-        for proc in [self.gateway, *self.workers]:
+        everyone = [self.gateway, *self.workers, *self.leaving]
+        for proc in everyone:
             if proc.alive():
                 proc.process.send_signal(signal.SIGTERM)
-        for proc in [self.gateway, *self.workers]:
+        for proc in everyone:
             proc.stop()
         self.nats.stop()
 
@@ -113,7 +143,7 @@ def start_local_cluster(
     folder = folder or Path(tempfile.mkdtemp(prefix="sift-cluster-"))
     nats_proc, nats_url = start_nats(folder)
     base = sift_command(launcher)
-    started: list[SiftProcess] = [nats_proc]
+    cluster: LocalCluster | None = None
     try:
         port = port or free_port()
         gateway = spawn(
@@ -121,20 +151,22 @@ def start_local_cluster(
             [*base, "gateway", "--nats-url", nats_url, "--port", str(port), *gateway_args],
             folder / "gateway.log",
         )
-        started.append(gateway)
-        procs: dict[str, SiftProcess] = {}
-        for index in range(workers):
-            proc = spawn(
-                f"worker-{index}",
-                [*base, "worker", "--nats-url", nats_url, "--worker-id", f"w{index}", *worker_args],
-                folder / f"worker-{index}.log",
-            )
-            started.append(proc)
-            procs[f"w{index}"] = proc
+        cluster = LocalCluster(
+            folder,
+            nats_proc,
+            nats_url,
+            gateway,
+            f"http://127.0.0.1:{port}",
+            worker_command=[*base, "worker", "--nats-url", nats_url, *worker_args],
+        )
+        for _ in range(workers):
+            cluster.start_worker()
         wait_port(port, gateway, timeout=120)
-        wait_workers_serve(nats_url, procs, load_timeout_s)
-        return LocalCluster(folder, nats_proc, nats_url, gateway, f"http://127.0.0.1:{port}", list(procs.values()))
+        wait_workers_serve(nats_url, {proc.name: proc for proc in cluster.workers}, load_timeout_s)
+        return cluster
     except BaseException:
-        for proc in reversed(started):
+        for proc in reversed(
+            [nats_proc, *(cluster.workers if cluster else []), *([cluster.gateway] if cluster else [])]
+        ):
             proc.stop(signal.SIGKILL)
         raise
