@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+import nats
 import pytest
 
 from sift_server.cluster import local
 from sift_server.cluster.local import LocalCluster, start_local_cluster
+from sift_server.cluster.subjects import STREAM, durable_name
 from sift_server.processes import SiftProcess, spawn
 
 LAUNCHER = [sys.executable, "-m", "tests.cluster.launch"]
@@ -101,3 +103,17 @@ def sleeper_paths(factory: pytest.TempPathFactory, name: str, forwards_ms: dict[
     for model, milliseconds in forwards_ms.items():
         write_sleeper_entry(paths.catalog, model, milliseconds, marker_dir=paths.markers)
     return paths
+
+
+def consumer_state(nats_url: str, model: str) -> tuple[int, int]:
+    """(messages waiting, messages delivered and not yet acknowledged or terminated)."""
+
+    async def read() -> tuple[int, int]:
+        nc = await nats.connect(nats_url)
+        try:
+            info = await nc.jetstream().consumer_info(STREAM, durable_name(model))
+            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())

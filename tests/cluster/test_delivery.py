@@ -22,14 +22,13 @@ from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
     MSG_ID_HEADER,
     REPLY_HEADER,
-    STREAM,
-    durable_name,
     work_subject,
 )
 from sift_server.processes import SiftProcess, free_port, spawn, wait_port
 from tests.cluster.conftest import (
     LAUNCHER,
     add_worker,
+    consumer_state,
     metric,
     post,
     sleeper_paths,
@@ -137,20 +136,6 @@ def publish_expired(nats_url: str, model: str, text: str) -> str:
 
     asyncio.run(publish())
     return reply_to
-
-
-def consumer_state(nats_url: str, model: str) -> tuple[int, int]:
-    """(messages waiting, messages delivered and not yet acknowledged or terminated)."""
-
-    async def read() -> tuple[int, int]:
-        nc = await nats.connect(nats_url)
-        try:
-            info = await nc.jetstream().consumer_info(STREAM, durable_name(model))
-            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
-        finally:
-            await nc.close()
-
-    return asyncio.run(read())
 
 
 def test_request_past_its_deadline_is_not_run(cluster: LocalCluster, paths: Paths) -> None:

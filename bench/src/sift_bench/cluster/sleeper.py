@@ -31,6 +31,7 @@ class SleeperAdapter(Adapter):
     @classmethod
     def load(cls, ctx: LoadContext) -> Adapter:
         marker = ctx.options.get("marker_dir")
+        time.sleep(float(ctx.options.get("load_ms", 0)) / 1000)  # a model's load time, if asked for
         return cls(float(ctx.options.get("sleep_ms", 50)) / 1000, Path(marker) if marker else None)
 
     def prepare(self, task: TaskInput) -> Prepared:
@@ -65,7 +66,9 @@ def register() -> None:
     )
 
 
-def write_sleeper_entry(catalog_dir: Path, name: str, sleep_ms: float, marker_dir: Path | None = None) -> Path:
+def write_sleeper_entry(
+    catalog_dir: Path, name: str, sleep_ms: float, marker_dir: Path | None = None, load_ms: float = 0
+) -> Path:
     catalog_dir.mkdir(parents=True, exist_ok=True)
     weights = catalog_dir / "sleeper-weights"
     weights.mkdir(exist_ok=True)
@@ -81,6 +84,8 @@ def write_sleeper_entry(catalog_dir: Path, name: str, sleep_ms: float, marker_di
     ]
     if marker_dir is not None:
         lines.append(f"  marker_dir: {marker_dir}")
+    if load_ms:
+        lines.append(f"  load_ms: {load_ms}")
     path = catalog_dir / (name.replace("/", "_") + ".yaml")
     path.write_text("\n".join(lines) + "\n")
     return path

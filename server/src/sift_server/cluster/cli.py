@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sift_server.cluster.scaler import ScalePolicy
     from sift_server.cluster.worker import WorkerOptions
     from sift_server.config import Settings
 
@@ -31,7 +32,22 @@ def register(subparsers: Any) -> None:
         help="Try it on one machine: nats-server (JetStream, temp folder), a gateway and N workers.",
         description="Flags after '--' go to every worker (and --model/--catalog/--api-key also to the gateway).",
     )
-    c.add_argument("--workers", type=int, default=2, help="Worker processes (2).")
+    c.add_argument("--workers", type=int, default=2, help="Worker processes (2), without --max-workers.")
+    c.add_argument(
+        "--max-workers",
+        type=int,
+        help="Scale workers on the backlog of their models, up to this many (starts with --min-workers).",
+    )
+    c.add_argument("--min-workers", type=int, default=0, help="With --max-workers: the fewest workers (0).")
+    c.add_argument(
+        "--backlog-per-worker", type=int, default=32, help="With --max-workers: backlog per worker to add one (32)."
+    )
+    c.add_argument(
+        "--scale-idle-s",
+        type=float,
+        default=60.0,
+        help="With --max-workers: backlog-free time before scaling down (60).",
+    )
     c.add_argument("--port", type=int, default=8080, help="Gateway port (8080).")
     c.add_argument("--folder", type=Path, help="Folder for NATS data and logs (default: a new temp folder).")
     c.add_argument("worker_args", nargs=argparse.REMAINDER, help="-- then sift worker flags.")
@@ -132,11 +148,20 @@ def _cluster(args: argparse.Namespace) -> int:
             skip = True
             continue
         worker_only.append(worker_args[index])
-    cluster = start_local_cluster(args.workers, worker_only, gateway_args, folder=args.folder, port=args.port)
-    print(
-        f"sift cluster: gateway {cluster.url}, NATS {cluster.nats_url}, "
-        f"{args.workers} workers; logs in {cluster.folder}"
-    )
+    # Returns once every worker serves: "ready" means answers, not a listening gateway.
+    policy = _scale_policy(args)
+    if isinstance(policy, str):
+        print(f"sift: {policy}", file=sys.stderr)
+        return 2
+    workers = args.workers if policy is None else policy.min_workers
+    cluster = start_local_cluster(workers, worker_only, gateway_args, folder=args.folder, port=args.port)
+    scaler = None
+    if policy is not None:
+        from sift_server.cluster.autoscale import LocalScaler
+
+        scaler = LocalScaler(cluster, _served_models(worker_only), policy)
+    sizing = f"{workers} workers" if policy is None else f"{policy.min_workers}-{policy.max_workers} workers on backlog"
+    print(f"sift cluster ready: gateway {cluster.url}, NATS {cluster.nats_url}, {sizing}; logs in {cluster.folder}")
     stopping = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -145,9 +170,42 @@ def _cluster(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    ticked = 0.0
     try:
         while not stopping and cluster.gateway.alive():
+            if scaler is not None and time.monotonic() - ticked >= SCALE_TICK_S:
+                ticked = time.monotonic()
+                scaler.tick()
             time.sleep(0.2)
     finally:
+        if scaler is not None:
+            scaler.close()
         cluster.stop()
     return 0
+
+
+# How often the local scaler reads the backlog (KEDA's pollingInterval is 5 s in deploy/).
+SCALE_TICK_S = 1.0
+
+
+def _scale_policy(args: argparse.Namespace) -> ScalePolicy | str | None:
+    """The scaler's policy from the flags (None: a fixed number of workers; a string: what is wrong)."""
+    from sift_server.cluster.scaler import ScalePolicy
+
+    if args.max_workers is None:
+        return None
+    try:
+        return ScalePolicy(args.min_workers, args.max_workers, args.backlog_per_worker, args.scale_idle_s)
+    except ValueError as exc:
+        return f"sift cluster: {exc}"
+
+
+def _served_models(worker_args: list[str]) -> list[str]:
+    """The models the workers serve (their --model and --preload), as a worker reads its flags."""
+    from sift_server.cluster.worker import served_models
+    from sift_server.config.flags import COMMAND_GROUPS, add_setting_flags, settings_from_args
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_setting_flags(parser, COMMAND_GROUPS["worker"])
+    settings = settings_from_args(parser.parse_known_args(worker_args)[0], COMMAND_GROUPS["worker"])
+    return served_models(settings) if settings is not None else []

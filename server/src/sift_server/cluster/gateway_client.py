@@ -2,6 +2,13 @@
 the reply a worker publishes on this gateway's inbox, and know which models
 have a live worker (cluster.liveness).
 
+A request for a catalog model is published whether or not a worker serves the
+model now: it waits in the stream (the gateway holds it up to
+``request_timeout_s``) while a worker starts, and the model's consumer, which the
+gateway creates at start for every catalog model, shows the backlog an
+autoscaler wakes a pool on (cluster.backlog). Only unknown models are refused
+(by the caller, before anything is published).
+
 Exactly one answer per request: replies are matched by request id and later
 ones are dropped. The stream's publish ack is not awaited before the reply: it
 arrives on this gateway's ack subject while the worker runs the request, and
@@ -28,9 +35,10 @@ from nats.js import JetStreamContext
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from prometheus_client import Counter
 
+from sift_server.cluster.backlog import BACKLOG_POLL_S, BacklogWatch
 from sift_server.cluster.codec import WorkReply, WorkRequest, pack_request, unpack_reply
 from sift_server.cluster.hops import PUBLISHED_HEADER, stamp
-from sift_server.cluster.jetstream import ensure_stream, heartbeat_bucket
+from sift_server.cluster.jetstream import ensure_consumers_exist, ensure_stream, heartbeat_bucket
 from sift_server.cluster.liveness import Heartbeats, consumer_has_worker
 from sift_server.cluster.subjects import (
     ACK_PREFIX,
@@ -56,10 +64,24 @@ log = logging.getLogger(__name__)
 DRAIN_ANSWER_S = 0.1
 
 
-class NoWorker(SiftError):
-    """No live worker serves the model (yet): like a model still loading."""
+# Retry-After of a request that waited its whole timeout: soon when a worker serves the
+# model (the queue moves, only slower than this request needed), later when none does
+# (a pool waking from zero: a worker's start and load take seconds).
+RETRY_BUSY_S, RETRY_WAKING_S = 1, 5
 
-    status, code, retry_after = 503, "MODEL_LOADING", 5
+
+def held_too_long(model: str, timeout_s: float, worker_live: bool) -> QueueTimeout:
+    """The 503 for a request no worker answered within its timeout."""
+    if worker_live:
+        error = QueueTimeout(f"Model '{model}': no worker answered within {timeout_s:g} s; retry shortly.")
+        error.retry_after = RETRY_BUSY_S
+    else:
+        error = QueueTimeout(
+            f"Model '{model}': no worker served it within {timeout_s:g} s (none is running; "
+            "the request waited in the queue for one to start); retry later."
+        )
+        error.retry_after = RETRY_WAKING_S
+    return error
 
 
 @dataclass(slots=True)
@@ -74,6 +96,8 @@ class GatewayOptions:
     liveness_poll_s: float = 0.5
     # Add the hop's timestamps to each reply (X-Sift-Stamps; the hop_stamps setting).
     hop_stamps: bool = False
+    # How often each catalog model's backlog is read for /metrics.
+    backlog_poll_s: float = BACKLOG_POLL_S
 
 
 @dataclass(slots=True)
@@ -120,6 +144,8 @@ class Gateway:
         # Per model: when its consumer was last asked, and whether it showed a worker.
         self._consumers: dict[str, tuple[float, bool]] = {}
         self._watcher: asyncio.Task[None] | None = None
+        self.backlog = BacklogWatch(state.metrics.registry, options.backlog_poll_s)
+        self._backlog_task: asyncio.Task[None] | None = None
         self.duplicates = Counter(
             "sift_gateway_duplicate_replies",
             "Replies dropped: their request was answered already",
@@ -137,6 +163,10 @@ class Gateway:
         )
         self.js = self.nc.jetstream()
         await ensure_stream(self.js, self.options.limits)
+        models = self.state.registry.catalog.names()
+        await ensure_consumers_exist(self.js, models)
+        await self.backlog.refresh(self.js, models)
+        self._backlog_task = asyncio.ensure_future(self.backlog.run(self.js, models))
         self.kv = await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
         await self.nc.subscribe(f"{REPLY_PREFIX}.{self.gateway_id}.*", cb=self._on_reply)
         await self.nc.subscribe(f"{ACK_PREFIX}.{self.gateway_id}.*", cb=self._on_ack)
@@ -148,8 +178,9 @@ class Gateway:
                 await synced.wait()
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for task in (self._watcher, self._backlog_task):
+            if task is not None:
+                task.cancel()
         if self.nc is not None and not self.nc.is_closed:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
@@ -260,8 +291,6 @@ class Gateway:
         """Publish one request and wait for its reply (raises SiftError). ``stamps``
         (the hop_stamps setting): the hop's gateway-side stamps are appended to it."""
         assert self.nc is not None
-        if not await self.has_worker(model):
-            raise NoWorker(f"No worker serves model '{model}' at the moment; retry shortly.")
         # Unique across gateways (a random per-process prefix): the stream deduplicates by it.
         request_id = new_request_id()
         timeout = self.options.request_timeout_s
@@ -295,9 +324,7 @@ class Gateway:
                 async with asyncio.timeout(timeout):
                     reply = await waiting.future
             except TimeoutError:
-                raise QueueTimeout(
-                    f"Model '{model}': no worker answered within {timeout:g} s; retry shortly."
-                ) from None
+                raise held_too_long(model, timeout, await self.has_worker(model)) from None
             if stamps is not None:
                 stamps.append(("g_resume", time.perf_counter()))
             return reply

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -71,6 +72,24 @@ async def ensure_consumer(js: JetStreamContext, model: str, ack_wait_s: float, m
     except Exception as exc:
         log.warning("consumer %s exists with another configuration (%s); using it", name, exc)
     return name
+
+
+# A worker's --ack-wait-s default: the consumer a gateway creates before any worker started.
+DEFAULT_ACK_WAIT_S = 3.0
+
+
+async def ensure_consumers_exist(
+    js: JetStreamContext, models: Iterable[str], ack_wait_s: float = DEFAULT_ACK_WAIT_S
+) -> None:
+    """The gateway's part: every catalog model has its durable consumer, so a request
+    for a model no worker ever served waits in the stream (and an autoscaler sees it)
+    instead of finding nothing to wait on. An existing consumer is left as it is: its
+    workers chose its ack wait."""
+    for model in models:
+        try:
+            await js.consumer_info(STREAM, durable_name(model))
+        except NotFoundError:
+            await ensure_consumer(js, model, ack_wait_s)
 
 
 async def heartbeat_bucket(js: JetStreamContext, ttl_s: float) -> KeyValue:

@@ -1,7 +1,10 @@
 """Which models have a live worker, as the gateway sees it (pure: the times are
 passed in).
 
-Two signals, either one enough to queue a request rather than refuse it:
+The gateway queues a request for a catalog model whether or not a worker is
+live (it waits in the stream for one: scale from zero); liveness says what
+``/v1/models`` describes and which Retry-After a request that waited its whole
+timeout gets. Two signals, either one enough:
 
 * Heartbeats, pushed to the gateway by a watch on the heartbeat bucket. A key
   counts while its last put is younger than the bucket's TTL (the gateway's own
