@@ -56,6 +56,7 @@ def test_every_domain_error_is_a_documented_status_and_envelope(error: type[erro
         schema = responses[str(error.status)]["content"]["application/json"]["schema"]
         render = openai_envelope if endpoint.family == "openai" else native_envelope
         status, body, headers = render(error("a message"))
+        assert status == error.status
         jsonschema.validate(body, resolved(spec, schema))
         assert "X-SIE-Error-Code" in headers
 
