@@ -36,8 +36,10 @@ from schemathesis.specs.openapi.checks import (
 
 from sift_server.cluster.local import LocalCluster
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
+from tests.e2e.tiny_tasks import NER, RERANK, SPARSE, catalog_entry
 from tests.fixtures.server_process import ServerProcess, start_server
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from tests.fixtures.tiny_models import build_tiny_cross_encoder, build_tiny_gliner, build_tiny_sparse_encoder
 
 CLI_CONFIG = Path(__file__).with_name("schemathesis.toml")
 EXAMPLES = int(os.environ.get("SIFT_FUZZ_EXAMPLES", "25"))
@@ -110,18 +112,20 @@ def fuzz(url: str, headers: dict[str, str] | None = None) -> list[str]:
             )
 
         try:
-            sent_example(operation, url, models[0], headers)
+            statuses = {sent_example(operation, url, model, headers) for model in models}
+            # Some served model does the example's task, so its answer was checked too.
+            assert statuses in ({None}, statuses | {200}), f"no 200 for the example: {statuses}"
             run()
         except Exception as error:  # every operation's failure is reported, not only the first
             failures.append(f"{operation.label}: {error}")
     return failures
 
 
-def sent_example(operation: Any, url: str, model: str, headers: dict[str, str] | None) -> None:
-    """The operation's documented request example, for the served model: an answer to check."""
+def sent_example(operation: Any, url: str, model: str, headers: dict[str, str] | None) -> int | None:
+    """The operation's documented request example, for a served model: its status (None: no example)."""
     content = (operation.definition.raw.get("requestBody") or {}).get("content", {}).get("application/json", {})
     if "example" not in content:
-        return
+        return None
     path = {"model": model} if "{model}" in operation.path else None
     case = operation.Case(
         body=served_model(content["example"], model), path_parameters=path, media_type="application/json"
@@ -134,6 +138,7 @@ def sent_example(operation: Any, url: str, model: str, headers: dict[str, str] |
         timeout=60,
     )
     assert response.status_code < 500, response.text
+    return response.status_code
 
 
 def coverage_phase(url: str) -> None:
@@ -153,13 +158,24 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fuzz")
     catalog = root / "catalog"
     write_catalog_entry(catalog, build_tiny_embedder(root / "tiny"))
+    # A model for each task, so that the documented examples get answers to check.
+    entries = {
+        "splade": catalog_entry(SPARSE, "sparse-encoder", build_tiny_sparse_encoder(root / "splade"), "encode"),
+        "reranker": catalog_entry(RERANK, "cross-encoder", build_tiny_cross_encoder(root / "reranker"), "score"),
+        "gliner": catalog_entry(NER, "gliner", build_tiny_gliner(root / "gliner"), "extract", {"threshold": 0.3}),
+    }
+    for name, text in entries.items():
+        (catalog / f"{name}.yaml").write_text(text)
     return catalog
+
+
+PRELOAD = [arg for name in (SPARSE, RERANK, NER) for arg in ("--preload", name)]
 
 
 @pytest.fixture(scope="module")
 def served(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("fuzz-serve")
-    proc = start_server(["--catalog", str(catalog), "--model", TINY_EMBEDDER], root / "server.log")
+    proc = start_server(["--catalog", str(catalog), "--model", TINY_EMBEDDER, *PRELOAD], root / "server.log")
     yield proc
     proc.stop()
 
@@ -172,9 +188,10 @@ def gateway(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         add_worker(
             cluster,
             "w-fuzz",
-            ["--catalog", str(catalog), "--no-calibrate", "--torch-threads", "1", "--model", TINY_EMBEDDER],
+            ["--catalog", str(catalog), "--no-calibrate", "--torch-threads", "1", "--model", TINY_EMBEDDER, *PRELOAD],
         )
-        wait_workers(cluster, TINY_EMBEDDER, {"w-fuzz"})
+        for model in (TINY_EMBEDDER, SPARSE, RERANK, NER):
+            wait_workers(cluster, model, {"w-fuzz"})
         yield cluster
     finally:
         cluster.stop()
