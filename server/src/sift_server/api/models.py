@@ -1,6 +1,7 @@
 """``GET /v1/models`` and ``GET /v1/models/{model}``: cheap, never load a model.
 ``sift serve`` describes a model from its own registry (:func:`describe_local`);
-the gateway adds what a live worker's heartbeat says (cluster/gateway.py)."""
+the gateway adds what a live worker's heartbeat says (cluster/gateway.py). Their
+OpenAPI entries are written in api/openapi_contract.py (FastAPI's would promise a 422)."""
 
 from __future__ import annotations
 
