@@ -39,7 +39,7 @@ class TaskModels:
     colbert_reference: dict[str, Any]
 
 
-def _entry(name: str, adapter: str, folder: Path, tasks: str, options: dict[str, object] | None = None) -> str:
+def catalog_entry(name: str, adapter: str, folder: Path, tasks: str, options: dict[str, object] | None = None) -> str:
     lines = [f"name: {name}", f"adapter: {adapter}", "source:", f"  path: {folder}", f"tasks: [{tasks}]"]
     if options:
         lines.append("options:")
@@ -78,11 +78,11 @@ def write_task_catalog(catalog: Path, models: TaskModels) -> None:
     """The catalog entries of every task model (the folder must exist)."""
     folders = models.folders
     entries = {
-        "splade": _entry(SPARSE, "sparse-encoder", folders[SPARSE], "encode"),
-        "colbert": _entry(COLBERT, "colbert", folders[COLBERT], "encode, score"),
-        "reranker": _entry(RERANK, "cross-encoder", folders[RERANK], "score"),
-        "gliner": _entry(NER, "gliner", folders[NER], "extract", {"threshold": 0.3}),
-        "gliclass": _entry(CLASSIFY, "gliclass", folders[CLASSIFY], "extract", {"multi_label": False}),
+        "splade": catalog_entry(SPARSE, "sparse-encoder", folders[SPARSE], "encode"),
+        "colbert": catalog_entry(COLBERT, "colbert", folders[COLBERT], "encode, score"),
+        "reranker": catalog_entry(RERANK, "cross-encoder", folders[RERANK], "score"),
+        "gliner": catalog_entry(NER, "gliner", folders[NER], "extract", {"threshold": 0.3}),
+        "gliclass": catalog_entry(CLASSIFY, "gliclass", folders[CLASSIFY], "extract", {"multi_label": False}),
         "lora-embedder": f"name: {LORA_EMBED}\nadapter: sentence-embedder\n"
         f"source: {{path: {folders['lora-embed']}}}\ntasks: [encode]\n"
         f"loras:\n  legal: {{path: {folders['lora-embed-lora']}}}\n  gone: {{path: {catalog / 'missing'}}}\n",

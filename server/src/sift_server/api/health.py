@@ -1,4 +1,5 @@
-"""Probes (text/plain, as the reference) and Prometheus metrics."""
+"""Probes (text/plain, as the reference) and Prometheus metrics; their OpenAPI
+entries are written in api/openapi_contract.py."""
 
 from __future__ import annotations
 

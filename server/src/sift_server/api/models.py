@@ -1,6 +1,7 @@
 """``GET /v1/models`` and ``GET /v1/models/{model}``: cheap, never load a model.
 ``sift serve`` describes a model from its own registry (:func:`describe_local`);
-the gateway adds what a live worker's heartbeat says (cluster/gateway.py)."""
+the gateway adds what a live worker's heartbeat says (cluster/gateway.py). Their
+OpenAPI entries are written in api/openapi_contract.py (FastAPI's would promise a 422)."""
 
 from __future__ import annotations
 
@@ -69,12 +70,12 @@ async def describe_local(state: ServerState, name: str) -> dict[str, Any]:
 def models_router(describe: Describe) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/models", summary="List the catalog's models")
+    @router.get("/v1/models", include_in_schema=False)
     async def list_models(request: Request) -> Response:
         state: ServerState = request.app.state.sift
         return JSONResponse({"models": [await describe(state, name) for name in state.registry.catalog.names()]})
 
-    @router.get("/v1/models/{model:path}", summary="Describe one model")
+    @router.get("/v1/models/{model:path}", include_in_schema=False)
     async def get_model(request: Request, model: str) -> Response:
         try:
             return JSONResponse(await describe(request.app.state.sift, model))

@@ -1,6 +1,7 @@
-"""The work routes' OpenAPI entries, generated from the endpoint table
-(core/endpoints.py) and the msgspec structs each decodes to, and added to the
-document FastAPI makes of its own routes (models, health)."""
+"""The OpenAPI document: the work routes' entries, generated from the endpoint
+table (core/endpoints.py) and the msgspec structs each decodes to, with the
+answers and error envelopes of api/openapi_contract.py; the entries of the
+models routes and probes; and whatever else FastAPI serves."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from sift_server.api.openapi_contract import ANSWERS, REQUEST_EXAMPLES, SCHEMAS, WORK_ERRORS, errors, ref, served_paths
 from sift_server.core.endpoints import ENDPOINTS, Endpoint
 
 _REF = "#/components/schemas/{name}"
@@ -22,21 +24,36 @@ _MODEL_PARAMETER = {
 }
 
 
-def _media(endpoint: Endpoint, schema: dict[str, Any]) -> dict[str, Any]:
+_MSGPACK = (
+    " The body may also be MessagePack ('Content-Type: application/msgpack', the SDK's wire and the"
+    " answer's default format: API.md §1.2-1.3); only its JSON form is described here."
+)
+
+
+def _answer(endpoint: Endpoint) -> dict[str, Any]:
+    schema = ref(ANSWERS[endpoint.name])
     if endpoint.family == "openai":
-        return {"application/json": {"schema": schema}}
-    return {"application/json": {"schema": schema}, "application/msgpack": {"schema": schema}}
+        return {"description": "The embeddings", "content": {"application/json": {"schema": schema}}}
+    return {
+        "description": "The answer: JSON when Accept asks for application/json only, else MessagePack"
+        " (whose arrays are nd-maps, API.md §1.3)",
+        "content": {"application/json": {"schema": schema}, "application/msgpack": {}},
+    }
+
+
+def _example(endpoint: Endpoint) -> dict[str, Any]:
+    example = REQUEST_EXAMPLES.get(endpoint.name)
+    return {} if example is None else {"example": example}
 
 
 def _operation(endpoint: Endpoint, schema: dict[str, Any]) -> dict[str, Any]:
+    envelope = "OpenAIError" if endpoint.family == "openai" else "NativeError"
     operation: dict[str, Any] = {
         "summary": endpoint.summary,
+        "description": endpoint.summary + "." + ("" if endpoint.family == "openai" else _MSGPACK),
         "operationId": f"{endpoint.name}_post",
-        "requestBody": {"required": True, "content": _media(endpoint, schema)},
-        "responses": {
-            "200": {"description": "The answer, in the format the Accept header asks for"},
-            "default": {"description": f"An error in the {endpoint.family} envelope"},
-        },
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema, **_example(endpoint)}}},
+        "responses": {"200": _answer(endpoint), **errors(WORK_ERRORS, envelope)},
     }
     if endpoint.model_in_path:
         operation["parameters"] = [_MODEL_PARAMETER]
@@ -47,7 +64,7 @@ def work_paths() -> tuple[dict[str, Any], dict[str, Any]]:
     """The work routes' path items and the component schemas they refer to."""
     bodies, components = msgspec.json.schema_components([e.schema for e in ENDPOINTS], ref_template=_REF)
     paths = {e.template: {"post": _operation(e, body)} for e, body in zip(ENDPOINTS, bodies, strict=True)}
-    return paths, components
+    return paths, {**components, **SCHEMAS}
 
 
 def document(app: FastAPI) -> dict[str, Any]:
@@ -55,7 +72,7 @@ def document(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         paths, components = work_paths()
-        spec["paths"] = {**paths, **spec.get("paths", {})}
+        spec["paths"] = {**paths, **served_paths(), **spec.get("paths", {})}
         schemas = spec.setdefault("components", {}).setdefault("schemas", {})
         schemas.update(components)
         app.openapi_schema = spec
