@@ -183,7 +183,10 @@ def served(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(scope="module")
 def gateway(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = tmp_path_factory.mktemp("fuzz-gw")
-    cluster = start_cluster(root / "cluster", 0, [], ["--catalog", str(catalog), "--model", TINY_EMBEDDER])
+    # A catalog model no worker serves is held until the request timeout (scale from zero):
+    # a short one answers it with the contract's 503 well within the fuzzer's own timeout.
+    gateway_args = ["--catalog", str(catalog), "--model", TINY_EMBEDDER, "--request-timeout-s", "2"]
+    cluster = start_cluster(root / "cluster", 0, [], gateway_args)
     try:
         add_worker(
             cluster,

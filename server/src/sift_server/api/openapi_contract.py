@@ -144,6 +144,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             ),
         },
     ),
+    "RerankAnswer": _closed(
+        ["model", "results", "usage"],
+        {
+            "model": _STR,
+            "results": {
+                "type": "array",
+                "items": _closed(
+                    ["index", "relevance_score"],
+                    {"index": _INT, "relevance_score": _NUM, "document": _closed(["text"], {"text": _STR})},
+                ),
+            },
+            "usage": _OBJ,
+        },
+    ),
     # Open: the gateway lays a live worker's view over the catalog's entry.
     "ModelInfo": _open(
         ["name", "inputs", "outputs", "dims", "loaded", "state", "tasks", "profiles"],
@@ -166,6 +180,7 @@ ANSWERS = {
     "score": "ScoreAnswer",
     "extract": "ExtractAnswer",
     "embeddings": "EmbeddingsAnswer",
+    "rerank": "RerankAnswer",
 }
 
 # One request body each, in the document as the request's example (tests/fuzz sends them).
@@ -174,6 +189,7 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
     "score": {"query": {"text": "example"}, "items": [{"id": "d1", "text": "A small example."}]},
     "extract": {"items": [{"text": "Ada Lovelace met Charles Babbage."}], "params": {"labels": ["person"]}},
     "embeddings": {"model": "sentence-transformers/all-MiniLM-L6-v2", "input": "A small example."},
+    "rerank": {"model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "query": "example", "documents": ["A small example."]},
 }
 
 _ERROR_CODE = {"X-SIE-Error-Code": {"required": True, "schema": _STR, "description": "The domain code, upper case"}}
