@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sift_server.adapters.backends.choice import NotDecided
 from sift_server.adapters.base import LoadContext
 from sift_server.registry import loader
 from sift_server.registry.catalog import load_spec
@@ -25,6 +26,16 @@ class NoTransformers(Recorder):
     transformers_models = False
 
 
+class Undecided(Recorder):
+    """An ``auto`` entry with no recorded decision: the recorded-only attempt raises."""
+
+    @classmethod
+    def load(cls, ctx: LoadContext) -> Any:
+        if ctx.recorded_only:
+            raise NotDecided("nothing recorded")
+        cls.loaded.append(ctx.backend)
+
+
 def entry(tmp_path: Path, backend: str) -> Path:
     folder = tmp_path / "model"
     folder.mkdir(exist_ok=True)
@@ -40,7 +51,8 @@ def entry(tmp_path: Path, backend: str) -> Path:
     ("adapter", "backend", "imports"),
     [
         (Recorder, "torch", True),
-        (Recorder, "auto", True),
+        (Recorder, "auto", False),  # the decision is recorded: the chosen runtime opens alone
+        (Undecided, "auto", True),
         (Recorder, "onnx", False),
         (NoTransformers, "torch", False),
         (NoTransformers, "auto", False),

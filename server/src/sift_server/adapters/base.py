@@ -120,7 +120,9 @@ class LoadContext:
     probing (tests load their references that way), the catalog's default is
     ``auto``; a ``precision`` of None leaves the precision to choose. ``torch_threads`` is the thread count of
     every backend, not only PyTorch's. ``rechoose_backend``: ``auto`` decides again instead of
-    reusing its recorded decision (``SIFT_RECHOOSE_BACKEND``)."""
+    reusing its recorded decision (``SIFT_RECHOOSE_BACKEND``); ``recorded_only``: open the
+    recorded decision of an ``auto`` entry, never export or time (the serving
+    process; the decision itself runs in a child, ``registry.deciding``)."""
 
     path: Path
     options: Mapping[str, Any]
@@ -131,6 +133,8 @@ class LoadContext:
     tolerance: float | None = None
     cache_dir: Path | None = None
     rechoose_backend: bool = False
+    # Open ``auto``'s recorded decision or raise ``backends.NotDecided``; never decide here.
+    recorded_only: bool = False
 
 
 class Adapter(abc.ABC):
