@@ -82,9 +82,7 @@ def registry(model: Path, decisions: ChildDecisions) -> Registry:
         return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
 
     loader: Any = lambda spec: load_adapter(spec, 1, cache_dir=decisions.cache_dir)  # noqa: E731
-    return Registry(
-        Catalog([entry(model)]), factory, memory_budget_bytes=1000 * MB, loader=loader, decisions=decisions
-    )
+    return Registry(Catalog([entry(model)]), factory, memory_budget_bytes=1000 * MB, loader=loader, decisions=decisions)
 
 
 async def test_a_recorded_decision_loads_once_without_a_first_copy(model: Path, decided_cache: Path) -> None:
@@ -130,3 +128,22 @@ async def test_a_failing_child_leaves_the_server_on_torch_with_a_warning(
     assert runtime["backend"] == "torch" and "status 3" in runtime["decision"]
     assert any("backend decision failed" in r.getMessage() for r in caplog.records)
     await reg.close(0.0)
+
+
+def test_models_prepare_records_the_decision_ahead(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sift_server.cli import main
+
+    monkeypatch.delenv("SIFT_BACKEND", raising=False)  # the suite pins torch:fp32
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    (catalog / "tiny.yaml").write_text(
+        f"name: tiny\nadapter: sentence-embedder\nsource: {{path: {model}}}\ntasks: [encode]\nbackend: auto\n"
+    )
+    cache = tmp_path / "cache"
+    argv = ["models", "prepare", "tiny", "--catalog", str(catalog), "--cache-dir", str(cache), "--torch-threads", "1"]
+    assert main(argv) == 0
+    assert "tiny: " in capsys.readouterr().out
+    assert list((cache / "decisions").glob("*.json"))
+    assert main(["models", "prepare", "no/such", "--catalog", str(catalog)]) == 2
