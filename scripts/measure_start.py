@@ -26,9 +26,13 @@ from typing import Any
 def get(url: str) -> tuple[int, Any]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, json.loads(response.read() or b"null")
+            status, body = response.status, response.read()
     except Exception:
         return 0, None
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body.decode(errors="replace")
 
 
 def rss_mib(pid: int) -> float:
@@ -70,7 +74,7 @@ def run(label: str, port: int, cache: Path, backend: str | None, after: float, s
             "rss_mib": round(rss_mib(server.pid), 1),
             "backend": f"{runtime.get('backend')} {runtime.get('precision')}",
             "selected_by": runtime.get("selected_by"),
-            "torch_imported": "torch" in Path(f"/proc/{server.pid}/maps").read_text(),
+            "torch_mapped": "libtorch" in Path(f"/proc/{server.pid}/maps").read_text(),
         }
     finally:
         server.terminate()

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,6 +73,7 @@ class ChildDecisions:
             "backend_override": self.backend_override,
             "rechoose_backend": self.rechoose_backend and spec.name not in self._decided,
             "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
+            "parent": os.getpid(),
         }
         child = await asyncio.create_subprocess_exec(*self.command, json.dumps(job), stdin=asyncio.subprocess.DEVNULL)
         log.info("model %s: deciding its backend in child process %d at the lowest priority", spec.name, child.pid)
@@ -98,11 +102,24 @@ def prepare(spec: ModelSpec, **settings: Any) -> dict[str, Any]:
         adapter.close()
 
 
+def die_with_parent(parent: int) -> None:
+    """End this child when the server that started it dies (Linux: ``PR_SET_PDEATHSIG``),
+    so that a killed server leaves no decision running."""
+    name = ctypes.util.find_library("c")
+    if name is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(name).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the call above
+        raise SystemExit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The child: one JSON argument (the entry and the load settings)."""
+    """The child: one JSON argument (the entry, the load settings and the server's pid)."""
+    job = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    if "parent" in job:
+        die_with_parent(int(job["parent"]))
     lowest_priority()
     logging.basicConfig(level=logging.INFO, format="sift decide[%(process)d] %(levelname)s %(name)s: %(message)s")
-    job = json.loads((sys.argv[1:] if argv is None else argv)[0])
     spec = ModelSpec.model_validate(job["spec"])
     cache_dir = job.get("cache_dir")
     runtime = prepare(

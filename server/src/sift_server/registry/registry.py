@@ -384,5 +384,10 @@ class Registry:
         log.info("evicted model %s", name)
 
     async def close(self, grace_s: float) -> None:
+        # A decision still running is dropped (its child process is ended with it).
+        deciding = [r.decide_task for r in self.records.values() if r.decide_task is not None]
+        for task in deciding:
+            task.cancel()
+        await asyncio.gather(*deciding, return_exceptions=True)
         workers = [r.worker for r in self.records.values() if r.worker is not None]
         await asyncio.gather(*(w.close(grace_s) for w in workers))
