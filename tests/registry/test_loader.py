@@ -15,6 +15,7 @@ from sift_server.registry.catalog import load_spec
 
 class Recorder:
     transformers_models = True
+    loads_runtime_without_torch = True
     loaded: list[str]
 
     @classmethod
@@ -24,6 +25,12 @@ class Recorder:
 
 class NoTransformers(Recorder):
     transformers_models = False
+
+
+class TorchAnyway(Recorder):
+    """Its load imports transformers on any runtime: the model code is imported lean first."""
+
+    loads_runtime_without_torch = False
 
 
 class Undecided(Recorder):
@@ -53,6 +60,7 @@ def entry(tmp_path: Path, backend: str) -> Path:
         (Recorder, "torch", True),
         (Recorder, "auto", False),  # the decision is recorded: the chosen runtime opens alone
         (Undecided, "auto", True),
+        (TorchAnyway, "auto", True),
         (Recorder, "onnx", False),
         (NoTransformers, "torch", False),
         (NoTransformers, "auto", False),

@@ -146,6 +146,10 @@ class Adapter(abc.ABC):
     # first, without scikit-learn and SciPy (adapters/_lean_imports.py). An adapter that never
     # touches transformers says False and starts without torch or transformers imported.
     transformers_models: ClassVar[bool] = True
+    # Whether ``load`` on a recorded ONNX Runtime or OpenVINO choice reads the model folder
+    # without importing PyTorch or transformers (the loader then leaves their import to
+    # the load that needs them; otherwise it imports them lean first, as above).
+    loads_runtime_without_torch: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod

@@ -91,6 +91,10 @@ def load_adapter(
         cache_dir=cache_dir,
     )
     adapter_type = adapter_class(spec.adapter)
+    lean = plan.may_run_torch and adapter_type.transformers_models
+    if lean and not adapter_type.loads_runtime_without_torch:
+        # Its load imports transformers whatever runs: import the model code lean first.
+        import_transformers_models()
     if plan.backend == "auto" and not rechoose_backend:
         try:
             return adapter_type.load(dataclasses.replace(ctx, recorded_only=True))
@@ -99,7 +103,7 @@ def load_adapter(
                 raise
     elif recorded_only:
         raise NotDecided(f"model {spec.name}: not an auto entry, or asked to decide again")
-    if plan.may_run_torch and adapter_type.transformers_models:
+    if lean:
         # PyTorch runs, or times the candidates: transformers' model code will be imported.
         import_transformers_models()
     return adapter_type.load(ctx)
