@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sift_server.adapters.backends.choice import NotDecided
 from sift_server.adapters.base import LoadContext
 from sift_server.registry import loader
 from sift_server.registry.catalog import load_spec
@@ -14,6 +15,7 @@ from sift_server.registry.catalog import load_spec
 
 class Recorder:
     transformers_models = True
+    loads_runtime_without_torch = True
     loaded: list[str]
 
     @classmethod
@@ -23,6 +25,22 @@ class Recorder:
 
 class NoTransformers(Recorder):
     transformers_models = False
+
+
+class TorchAnyway(Recorder):
+    """Its load imports transformers on any runtime: the model code is imported lean first."""
+
+    loads_runtime_without_torch = False
+
+
+class Undecided(Recorder):
+    """An ``auto`` entry with no recorded decision: the recorded-only attempt raises."""
+
+    @classmethod
+    def load(cls, ctx: LoadContext) -> Any:
+        if ctx.recorded_only:
+            raise NotDecided("nothing recorded")
+        cls.loaded.append(ctx.backend)
 
 
 def entry(tmp_path: Path, backend: str) -> Path:
@@ -40,7 +58,9 @@ def entry(tmp_path: Path, backend: str) -> Path:
     ("adapter", "backend", "imports"),
     [
         (Recorder, "torch", True),
-        (Recorder, "auto", True),
+        (Recorder, "auto", False),  # the decision is recorded: the chosen runtime opens alone
+        (Undecided, "auto", True),
+        (TorchAnyway, "auto", True),
         (Recorder, "onnx", False),
         (NoTransformers, "torch", False),
         (NoTransformers, "auto", False),

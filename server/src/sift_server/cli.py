@@ -2,7 +2,8 @@
 
 Serving:
   serve       serve models over HTTP on one machine
-  models      list the catalog (or a running server's models with --url)
+  models      list the catalog (or a running server's models with --url);
+              models prepare [MODEL...]: export and decide auto's backends ahead (at install time)
   gateway     the HTTP API with no model, sending work to workers over NATS JetStream
   worker      load models and serve their work from NATS JetStream
   cluster     a NATS server, a gateway and N workers on one machine, to try scale-out
@@ -82,6 +83,59 @@ def _add_models(subparsers: Any) -> None:
     p.add_argument("--url", help="Ask a running server instead, e.g. http://127.0.0.1:8080.")
     p.add_argument("--json", action="store_true", help="Print JSON.")
     p.set_defaults(handler=_models)
+    actions = p.add_subparsers(dest="action", metavar="{prepare}")
+    prepare = actions.add_parser(
+        "prepare",
+        help="Export and decide auto's backend for MODEL (default: the default model) ahead, as `sift serve` "
+        "would on a first start, so that the server opens the chosen runtime at once.",
+    )
+    prepare.add_argument("models", nargs="*", metavar="MODEL", help="Catalog names (default: the default model).")
+    add_setting_flags(prepare, COMMAND_GROUPS["serve"])
+    prepare.set_defaults(handler=_prepare)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    import logging
+    import time
+
+    from sift_server.registry.catalog import Catalog, CatalogError
+    from sift_server.registry.deciding import prepare
+
+    settings = settings_from_args(args, COMMAND_GROUPS["serve"])
+    if settings is None:
+        return 2
+    # Progress on the terminal: the exports and the timing rounds log as they go.
+    logging.basicConfig(level=logging.INFO, format="sift: %(message)s", stream=sys.stderr)
+    try:
+        catalog = Catalog.from_dirs(settings.catalog)
+    except CatalogError as exc:
+        print(f"sift: catalog error: {exc}", file=sys.stderr)
+        return 2
+    names = args.models or [settings.default_model]
+    unknown = [name for name in names if name not in catalog]
+    if unknown:
+        print(f"sift: not in the catalog: {', '.join(unknown)}; known: {', '.join(catalog.names())}", file=sys.stderr)
+        return 2
+    failed = 0
+    for index, name in enumerate(names, 1):
+        print(f"sift: [{index}/{len(names)}] preparing {name}", file=sys.stderr)
+        started = time.perf_counter()
+        try:
+            runtime = prepare(
+                catalog.specs[name],
+                torch_threads=settings.torch_threads,
+                backend_override=settings.backend,
+                rechoose_backend=settings.rechoose_backend,
+                cache_dir=settings.cache_dir,
+            )
+        except Exception as exc:  # one model failing must not stop the others
+            failed += 1
+            print(f"sift: [{index}/{len(names)}] {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        seconds = time.perf_counter() - started
+        chosen = f"{runtime.get('backend')} {runtime.get('precision')} ({runtime.get('selected_by')})"
+        print(f"sift: [{index}/{len(names)}] {name}: {chosen} in {seconds:.1f}s")
+    return 1 if failed else 0
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from sift_server.engine.worker import SERVING_FORWARD_NICE, ModelWorker, WorkerC
 from sift_server.metrics import Metrics
 from sift_server.registry.calibrate import Curve, load_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
+from sift_server.registry.deciding import ChildDecisions
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
 from sift_server.service.common import Limits
@@ -79,6 +80,15 @@ def build_state(
         calibrate=settings.calibrate,
         recent_use_s=settings.evict_idle_s,
         backend_override=settings.backend,
+        # A loader given (tests) decides in a thread with it; the real one, in a child process.
+        decisions=None
+        if loader is not None
+        else ChildDecisions(
+            torch_threads=settings.torch_threads,
+            backend_override=settings.backend,
+            rechoose_backend=settings.rechoose_backend,
+            cache_dir=settings.cache_dir,
+        ),
     )
     metrics.watch_models(registry.model_states)
     tracing.start(settings.otlp_endpoint)

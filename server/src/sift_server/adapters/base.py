@@ -120,7 +120,9 @@ class LoadContext:
     probing (tests load their references that way), the catalog's default is
     ``auto``; a ``precision`` of None leaves the precision to choose. ``torch_threads`` is the thread count of
     every backend, not only PyTorch's. ``rechoose_backend``: ``auto`` decides again instead of
-    reusing its recorded decision (``SIFT_RECHOOSE_BACKEND``)."""
+    reusing its recorded decision (``SIFT_RECHOOSE_BACKEND``); ``recorded_only``: open the
+    recorded decision of an ``auto`` entry, never export or time (the serving
+    process; the decision itself runs in a child, ``registry.deciding``)."""
 
     path: Path
     options: Mapping[str, Any]
@@ -131,6 +133,8 @@ class LoadContext:
     tolerance: float | None = None
     cache_dir: Path | None = None
     rechoose_backend: bool = False
+    # Open ``auto``'s recorded decision or raise ``backends.NotDecided``; never decide here.
+    recorded_only: bool = False
 
 
 class Adapter(abc.ABC):
@@ -142,6 +146,10 @@ class Adapter(abc.ABC):
     # first, without scikit-learn and SciPy (adapters/_lean_imports.py). An adapter that never
     # touches transformers says False and starts without torch or transformers imported.
     transformers_models: ClassVar[bool] = True
+    # Whether ``load`` on a recorded ONNX Runtime or OpenVINO choice reads the model folder
+    # without importing PyTorch or transformers (the loader then leaves their import to
+    # the load that needs them; otherwise it imports them lean first, as above).
+    loads_runtime_without_torch: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod

@@ -78,6 +78,9 @@ class _HiddenStates(Graph):
 
 
 class SentenceEmbedderAdapter(LoraHost, Adapter):
+    # The tokenizer from tokenizer.json, pooling and sizes from the folder's JSON files.
+    loads_runtime_without_torch = True
+
     def __init__(
         self,
         tokenizer: TextTokenizer,

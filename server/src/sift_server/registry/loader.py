@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from sift_server.adapters._lean_imports import import_transformers_models
+from sift_server.adapters.backends.choice import NotDecided
 from sift_server.adapters.backends.select import LoadPlan, plan_load
 from sift_server.adapters.base import Adapter, LoadContext
 from sift_server.adapters.records import record_of
@@ -63,10 +66,16 @@ def load_adapter(
     backend_override: str | None = None,
     rechoose_backend: bool = False,
     cache_dir: Path | None = None,
+    recorded_only: bool = False,
 ) -> Adapter:
     """``rechoose_backend``: ``auto`` times the candidates again instead of reusing the
     recorded decision; ``cache_dir``: exported artifacts and decisions (None: the
-    artifact store's default)."""
+    artifact store's default).
+
+    An ``auto`` entry with a recorded decision opens the chosen runtime directly:
+    transformers' model code (and with it PyTorch) is imported only when the
+    load goes on to decide, or the choice is PyTorch. ``recorded_only``: never
+    decide; raise ``NotDecided`` where nothing is recorded."""
     plan = load_plan(spec, backend_override)
     if plan.note is not None:
         log.info("model %s: %s", spec.name, plan.note)
@@ -82,10 +91,31 @@ def load_adapter(
         cache_dir=cache_dir,
     )
     adapter_type = adapter_class(spec.adapter)
-    if plan.may_run_torch and adapter_type.transformers_models:
+    lean = plan.may_run_torch and adapter_type.transformers_models
+    if lean and not adapter_type.loads_runtime_without_torch:
+        # Its load imports transformers whatever runs: import the model code lean first.
+        import_transformers_models()
+    if plan.backend == "auto" and not rechoose_backend:
+        try:
+            return adapter_type.load(dataclasses.replace(ctx, recorded_only=True))
+        except NotDecided:
+            if recorded_only:
+                raise
+    elif recorded_only:
+        raise NotDecided(f"model {spec.name}: not an auto entry, or asked to decide again")
+    if lean:
         # PyTorch runs, or times the candidates: transformers' model code will be imported.
         import_transformers_models()
     return adapter_type.load(ctx)
+
+
+def load_recorded(spec: ModelSpec, torch_threads: int = 0, **settings: Any) -> Adapter | None:
+    """``spec`` opened on its recorded ``auto`` decision, or None where none is recorded."""
+    try:
+        return load_adapter(spec, torch_threads, recorded_only=True, **settings)
+    except NotDecided as exc:
+        log.info("model %s: %s", spec.name, exc)
+        return None
 
 
 def estimate_bytes(spec: ModelSpec) -> int:

@@ -26,15 +26,21 @@ from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS, Catalog, ModelSpe
 from sift_server.registry.loader import estimate_bytes, load_adapter
 from sift_server.registry.loras import LoraSet
 from sift_server.registry.switching import (
+    Decisions,
     SwitchingAdapter,
     describe_switch,
     first_spec,
     in_low_priority_thread,
     pending,
+    release_memory,
     serving_on,
 )
 
 log = logging.getLogger(__name__)
+
+# Copies of a model auto's decision holds at once besides the serving one (the
+# reference and the candidates it times in interleaved rounds).
+DECIDING_COPIES = 4
 
 # A model used (or loaded) this recently counts as serving and is not evicted
 # for another: its clients may be waiting out a Retry-After before they return.
@@ -110,12 +116,16 @@ class Registry:
         recent_use_s: float = RECENT_USE_S,
         decide_in_background: bool = True,
         backend_override: str | None = None,
+        decisions: Decisions | None = None,
     ) -> None:
         self.calibrate = calibrate
         # The backend setting: every entry loads on it, so none decides in the background.
         self.backend_override = backend_override
         # auto entries serve on the reference at once and switch when the decision is made.
         self.decide_in_background = decide_in_background
+        # Where auto's decisions are opened and made (None: in a thread of this
+        # process, with ``loader``; ``deciding.ChildDecisions``: in a child process).
+        self.decisions = decisions
         self.recent_use_s = recent_use_s
         self.catalog = catalog
         self._worker_factory = worker_factory
@@ -209,9 +219,17 @@ class Registry:
             return
         await self._make_room(expected, keep=spec.name)
         first = first_spec(spec, self.backend_override) if self.decide_in_background else None
-        background = first is not None
         try:
-            adapter: Adapter = await asyncio.to_thread(self._loader, first or spec)
+            recorded = None
+            if first is not None and self.decisions is not None:
+                # A decision on disk: open the chosen runtime alone (no PyTorch copy first).
+                recorded = await asyncio.to_thread(self.decisions.recorded, spec)
+            if recorded is not None:
+                first = None
+            background = first is not None
+            adapter: Adapter = (
+                recorded if recorded is not None else await asyncio.to_thread(self._loader, first or spec)
+            )
         except Exception as exc:
             error_class, permanent_hint = _classify(exc)
             attempts = (record.last_error.attempts + 1) if record.last_error else 1
@@ -256,12 +274,20 @@ class Registry:
         await self._make_room(0, keep=spec.name)
 
     async def _decide(self, record: ModelRecord, serving: SwitchingAdapter) -> None:
-        """Load the entry as ``auto`` chooses (exports, timing rounds) in a thread at
-        a raised nice, then switch ``serving`` to it between forwards."""
+        """Load the entry as ``auto`` chooses (exports, timing rounds) in a child
+        process (or, without ``decisions``, a thread at a raised nice), then switch
+        ``serving`` to it between forwards and release what served first."""
         name = record.spec.name
+        # While deciding, the budget counts the copies the decision holds next to the serving one.
+        record.memory_bytes = serving.memory_bytes() * (1 + DECIDING_COPIES)
         try:
-            decided = await in_low_priority_thread(self._loader, record.spec)
+            if self.decisions is not None:
+                decided = await self.decisions.decide(record.spec)
+            else:
+                decided = await in_low_priority_thread(self._loader, record.spec)
         except Exception as exc:
+            if record.adapter is serving:
+                record.memory_bytes = serving.memory_bytes()
             where = serving_on(serving)
             log.warning("model %s: the backend decision failed (%s); it stays on %s", name, exc, where)
             serving.settle(f"failed ({type(exc).__name__}: {str(exc)[:200]}); stays on {where}")
@@ -273,6 +299,8 @@ class Registry:
         old.close()
         record.memory_bytes = record.known_bytes = serving.memory_bytes()
         log.info("%s", describe_switch(name, old, decided))
+        del old
+        release_memory()
 
     # ---- eviction --------------------------------------------------------
 
@@ -356,5 +384,10 @@ class Registry:
         log.info("evicted model %s", name)
 
     async def close(self, grace_s: float) -> None:
+        # A decision still running is dropped (its child process is ended with it).
+        deciding = [r.decide_task for r in self.records.values() if r.decide_task is not None]
+        for task in deciding:
+            task.cancel()
+        await asyncio.gather(*deciding, return_exceptions=True)
         workers = [r.worker for r in self.records.values() if r.worker is not None]
         await asyncio.gather(*(w.close(grace_s) for w in workers))

@@ -4,10 +4,13 @@ A first start with ``backend: auto`` used to export the model to ONNX and
 OpenVINO and time every candidate before the first request was served. Now,
 where the load plan names a first backend (``backends.plan_load``: the
 reference, PyTorch fp32, exact and loaded in seconds), the registry loads the
-entry on it, serves through a :class:`SwitchingAdapter`, and loads the ``auto``
-choice in a background thread at a raised nice; when that is ready the adapter
-switches between two forwards and the first copy is released. Which backends
-exist is the adapters' business: nothing here names one.
+entry on it, serves through a :class:`SwitchingAdapter`, and has the ``auto``
+choice made off the serving path (:class:`Decisions`: ``deciding`` runs it in a
+child process at the lowest priority; without one, a background thread at a
+raised nice); when that is ready the adapter switches between two forwards and
+the first copy is released (``release_memory``). With the decision already
+recorded there is no first copy: the registry opens the chosen runtime alone.
+Which backends exist is the adapters' business: nothing here names one.
 
 Why a request prepared before the switch may run after it: ``prepare`` depends
 on the model folder and the entry's options only (tokenization), never on the
@@ -19,13 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
+import gc
 import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sift_server.adapters.base import Adapter, LoadContext, Part, Prepared, TaskInput
 from sift_server.registry.catalog import ModelSpec
@@ -38,6 +44,31 @@ R = TypeVar("R")
 
 # Nice of the thread that exports and times candidates: the serving threads come first.
 DECIDE_NICE = 19
+
+
+class Decisions(Protocol):
+    """Where ``auto``'s decisions are opened and made (``deciding.ChildDecisions``)."""
+
+    def recorded(self, spec: ModelSpec) -> Adapter | None:
+        """``spec`` opened on its recorded decision; None where none is recorded."""
+
+    async def decide(self, spec: ModelSpec) -> Adapter:
+        """Have the decision made (off the serving path) and open it."""
+
+
+def release_memory() -> None:
+    """Give what a released model held back as far as the runtime allows: collect
+    its reference cycles (loads freeze the heap: thaw first) and hand the freed
+    heap pages back to the system (glibc's ``malloc_trim``). PyTorch's own module
+    stays imported: Python cannot unload an extension."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(name).malloc_trim(0)
 
 
 def first_spec(spec: ModelSpec, backend_override: str | None = None) -> ModelSpec | None:

@@ -46,6 +46,12 @@ Out = TypeVar("Out")
 Opener = Callable[[Graph, Choice, BackendRequest, Artifacts | None], B]
 
 
+class NotDecided(LookupError):
+    """A load asked for the recorded decision only (``recorded_only``) and none is
+    recorded (or it no longer opens): the caller serves on the reference and has
+    the decision made elsewhere."""
+
+
 def choose(
     graph: Graph,
     request: BackendRequest,
@@ -153,6 +159,8 @@ def choose_backend(
                     "decided_at": decided_at,
                 }
 
+    if request.recorded_only:
+        raise NotDecided(f"{graph.kind}: no recorded backend decision in {decisions}")
     runner, measured, timing = _decide(graph, request, pool, store, evaluate, agree, tolerance, clock, opener)
     # Wall-clock date for the operator reading /v1/models; the choice never depends on it.
     decided_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

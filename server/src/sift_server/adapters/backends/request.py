@@ -60,6 +60,8 @@ class BackendRequest:
     # Decide again instead of loading a recorded auto decision (once per decision
     # and process: see ``choose``).
     rechoose: bool = False
+    # Open the recorded decision or raise ``choice.NotDecided`` (no export, no timing).
+    recorded_only: bool = False
 
     def __post_init__(self) -> None:
         check_pair(self.backend, self.precision)
@@ -122,5 +124,6 @@ def request_for(
         cache_dir=ctx.cache_dir,
         threads=ctx.torch_threads,
         rechoose=ctx.rechoose_backend,
+        recorded_only=ctx.recorded_only,
         device=device,
     )
