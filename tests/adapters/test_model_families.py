@@ -35,3 +35,8 @@ def test_every_row_has_a_verdict_and_served_rows_name_real_adapters() -> None:
             named = set(re.findall(r"\(`([a-z0-9-]+)`", sift))
             assert named, f"{family}: a served row names its Sift adapter"
             assert named <= set(RECORDS), family
+
+
+def test_the_served_count_is_the_served_rows_sum() -> None:
+    served = sum(int(row[1]) for row in family_rows() if row[3].startswith("served"))
+    assert f"Rows marked served hold {served} of the {REFERENCE_MODELS} models" in DOC.read_text(encoding="utf-8")

@@ -16,8 +16,10 @@ import pytest
 
 from sift_server.cluster.local import LocalCluster
 from tests.adapters.parity.cases import GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL
+from tests.adapters.parity.decoder_cases import EMBEDDER, RERANKER, embedder_entry, reranker_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
+from tests.fixtures.tiny_decoder import build_tiny_qwen3_embedder, build_tiny_qwen3_reranker
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 from tests.fixtures.tiny_models import (
@@ -36,7 +38,7 @@ PYTHON312 = Path(os.environ.get("SIFT_PYTHON312", Path.home() / ".pyenv/versions
 KEY = "s3cret"
 RERANK, NER = "tiny/reranker", "tiny/gliner"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
-CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP)
+CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER)
 EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL)
 
 
@@ -69,6 +71,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "clip": _entry(TINY_CLIP, "clip", build_tiny_clip(root / "clip"), "encode", "backend: torch\n"),
         "siglip": _entry(TINY_SIGLIP, "clip", build_tiny_siglip(root / "siglip"), "encode", "backend: torch\n"),
     }
+    entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
+    entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from sift_server.adapters.document_input import Document
 from sift_server.forward_io import Part, Prepared
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ __all__ = [
 # The tasks and input kinds a model can have: one definition, read by the catalog,
 # the adapter records (adapters/records.py) and /v1/models. A new one is added here.
 Task = Literal["encode", "score", "extract"]
-InputKind = Literal["text", "image"]
+InputKind = Literal["text", "image", "document"]
 OverflowPolicy = Literal["truncate", "error"]
 ClassificationType = Literal["single-label", "multi-label"]
 
@@ -95,6 +96,8 @@ class ExtractTask:
     examples: tuple[FewShotExample, ...] = ()
     # GLiNER2: a JSON schema of the object to read from each text, instead of labels.
     output_schema: Mapping[str, Any] | None = None
+    # Document models: the items' documents, checked and counted (service/documents.py).
+    documents: Sequence[Document] = ()
 
 
 TaskInput = EncodeTask | ScoreTask | ExtractTask

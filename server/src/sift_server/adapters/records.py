@@ -37,6 +37,10 @@ class AdapterRecord:
     # ``backends.select`` and an ``auto`` entry serves on the reference while
     # ``auto`` decides; one: entries run there and nothing is decided.
     backends: frozenset[RuntimeName] = frozenset({"torch"})
+    # Whether its model folder may hold no weights, or not exist: the adapter says at
+    # request time what a request needs that the folder lacks (docling: office, HTML
+    # and Markdown convert without weights; PDFs and images need layout and OCR models).
+    weights_optional: bool = False
 
     def __post_init__(self) -> None:
         module, _, attribute = self.target.partition(":")
@@ -122,6 +126,25 @@ _RECORDS: dict[str, AdapterRecord] = {
             target="sift_server.adapters.gliner2_extractor:Gliner2Adapter",
             tasks=frozenset({"extract"}),
             structured_extract=True,
+        ),
+        AdapterRecord(
+            name="decoder-embedder",
+            target="sift_server.adapters.decoder_embedder:DecoderEmbedderAdapter",
+            tasks=frozenset({"encode"}),
+            encode_outputs=("dense",),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
+            name="llm-reranker",
+            target="sift_server.adapters.llm_reranker:LlmRerankerAdapter",
+            tasks=frozenset({"score"}),
+        ),
+        AdapterRecord(
+            name="docling",
+            target="sift_server.adapters.docling_converter:DoclingAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("document", "image"),
+            weights_optional=True,
         ),
     )
 }

@@ -11,7 +11,6 @@ for every backend.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,6 +19,7 @@ import numpy as np
 
 from sift_server.adapters._lora import LoraHost, LoraSlots
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
+from sift_server.adapters._st_layout import FolderLayout, check_common, read_json, read_layout
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer, pad_rows
 from sift_server.adapters.backends import buckets, call_cost
 from sift_server.adapters.backends.choice import open_runner
@@ -36,22 +36,33 @@ if TYPE_CHECKING:
 Pooling = Literal["mean", "cls", "max"]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else {}
+ADAPTER = "sentence-embedder"
 
 
-def _pooling_from_folder(folder: Path) -> Pooling | None:
-    config = _read_json(folder / "1_Pooling" / "config.json")
-    if config.get("pooling_mode_mean_tokens"):
-        return "mean"
-    if config.get("pooling_mode_cls_token"):
-        return "cls"
-    if config.get("pooling_mode_max_tokens"):
-        return "max"
-    return None
+def _served_pooling(layout: FolderLayout, requested: object) -> Pooling:
+    """The folder's own pooling mode (refused when this adapter does not compute it, or
+    when the entry asks for another); the entry's ``pooling`` only where the folder names none."""
+    check_common(layout, ADAPTER, ("Transformer", "Pooling", "Normalize"))
+    folder_mode = layout.pooling_modes[0] if layout.pooling_modes else None
+    if folder_mode is not None and folder_mode not in ("mean", "cls", "max"):
+        hint = "Use adapter: decoder-embedder." if folder_mode == "lasttoken" else ""
+        raise layout.fail(ADAPTER, f"its pooling mode is {folder_mode!r}; this adapter pools mean, cls or max", hint)
+    if requested is not None and folder_mode is not None and requested != folder_mode:
+        raise layout.fail(ADAPTER, f"the entry asks for {requested!r} pooling but the model pools {folder_mode!r}")
+    pooling = requested or folder_mode or "mean"
+    if pooling not in ("mean", "cls", "max"):
+        raise ValueError(f"pooling must be mean, cls or max, not {pooling!r}")
+    if layout.is_decoder:
+        raise layout.fail(
+            ADAPTER,
+            f"it is a decoder (causal) model ({layout.model_type or 'is_decoder'}); this adapter serves "
+            "bidirectional encoders",
+            "Use adapter: decoder-embedder.",
+        )
+    if layout.padding_side == "left":
+        # Sift pads on the right: an encoder with absolute positions answers otherwise.
+        raise layout.fail(ADAPTER, "its tokenizer pads on the left; this adapter pads on the right")
+    return pooling  # type: ignore[return-value]
 
 
 class _HiddenStates(Graph):
@@ -121,11 +132,15 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
     def load(cls, ctx: LoadContext) -> SentenceEmbedderAdapter:
         folder = ctx.path
         options = ctx.options
-        st_config = _read_json(folder / "sentence_bert_config.json")
-        pooling = options.get("pooling") or _pooling_from_folder(folder) or "mean"
-        if pooling not in ("mean", "cls", "max"):
-            raise ValueError(f"pooling must be mean, cls or max, not {pooling!r}")
-        max_length = int(ctx.max_sequence_length or st_config.get("max_seq_length") or 512)
+        layout = read_layout(folder)
+        pooling = _served_pooling(layout, options.get("pooling"))
+        # The folder's own prompts are the defaults, as sentence-transformers' encode_query and
+        # encode_document (and the reference server) apply them; the entry's prefixes win.
+        query_prefix = str(options.get("query_prefix", layout.prompts.get("query", "")))
+        document_prefix = str(options.get("document_prefix", layout.prompts.get("document", "")))
+        if (query_prefix or document_prefix) and not layout.include_prompt:
+            raise layout.fail(ADAPTER, "its pooling leaves the prompt's tokens out (include_prompt false)")
+        max_length = int(ctx.max_sequence_length or layout.max_seq_length or 512)
         tokenizer = load_tokenizer(folder)
         normalize = bool(options.get("normalize", True))
         probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
@@ -147,7 +162,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
             device=_device(options, ctx.backend),
             probe_key=f"{pooling}:{normalize}:{max_length}",
         )
-        hidden_size = int(_read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
+        hidden_size = int(read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
         measured = call_cost.measure(_shape_runner(runner, max(probe_rows, key=len), pad_id))
         cost = buckets.CALL_COST_TOKENS if measured is None else measured
         runtime = {**runtime, "call_cost_tokens": cost}
@@ -158,8 +173,8 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
             pooling=pooling,
             normalize=normalize,
             max_length=max_length,
-            query_prefix=str(options.get("query_prefix", "")),
-            document_prefix=str(options.get("document_prefix", "")),
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
             runtime=runtime,
             call_cost_tokens=cost,
         )

@@ -128,6 +128,8 @@ def resolve_local_path(spec: ModelSpec) -> Path | None:
             folder = spec.file.parent / folder
     else:
         return None
+    if spec.adapter in RECORDS and RECORDS[spec.adapter].weights_optional:
+        return folder
     if not folder.is_dir():
         raise CatalogError(f"{spec.file}: field 'source': model folder {folder} does not exist")
     if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):

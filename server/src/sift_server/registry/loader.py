@@ -30,7 +30,21 @@ def weights_folder(spec: ModelSpec) -> Path:
     # Imported here: only hub-sourced models need it. Honours HF_HUB_OFFLINE.
     from huggingface_hub import snapshot_download
 
+    if record_of(spec.adapter).weights_optional:
+        return optional_snapshot(spec.source.hf, spec.source.revision)
     return Path(snapshot_download(spec.source.hf, revision=spec.source.revision))
+
+
+def optional_snapshot(repo: str, revision: str | None) -> Path:
+    """A weights-optional model's hub folder if it is in the local cache, never a download;
+    else the cache folder it would be in (which does not exist: the adapter says what is missing)."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
 
 
 def split_backend(override: str | None) -> tuple[str | None, str | None]:

@@ -159,7 +159,8 @@ def _with_images(raw: Sequence[Sequence[RawImage]], max_pixels: int) -> Completi
 def _shape_output(kind: str, value: Any, dtype: str, dims: Mapping[str, int]) -> dict[str, Any]:
     if kind == "dense":
         values, label = quantize(value, dtype)
-        return {"dims": dims.get("dense", len(value)), "dtype": label, "values": values}
+        # The vector's own width: a Matryoshka request (options.dimensions) is narrower than the model's.
+        return {"dims": len(value), "dtype": label, "values": values}
     if kind == "sparse":
         # Sparse is never quantized: float16 when asked, float32 otherwise.
         half = dtype == "float16"

@@ -24,6 +24,7 @@ from sift_server.service.common import (
     shared_bytes,
     string_option,
 )
+from sift_server.service.documents import extract_documents, reject_documents
 from sift_server.service.extract_options import extract_task
 from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
@@ -47,6 +48,9 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     params = body.params
     options = dict(params.options or {}) if params else {}
     check_profile(options, path_profile)
+    if "document" in record_of(record.spec.adapter).inputs:
+        return await extract_documents(model, record, worker, body.items, options, ctx)
+    reject_documents(body.items, name)
     output_schema = params.output_schema if params is not None else None
     if output_schema is not None and not record_of(record.spec.adapter).structured_extract:
         raise InvalidInput(f"Model '{name}' does not support output_schema; send labels instead.")

@@ -19,6 +19,14 @@ class ImageInput(msgspec.Struct, omit_defaults=True):
     format: str | None = None
 
 
+class DocumentInput(msgspec.Struct, omit_defaults=True):
+    """A document of an item, as sie-sdk sends it: its bytes (msgpack bin, JSON base64)
+    and a format hint (pdf, docx, html, md, ...; None or empty: none)."""
+
+    data: bytes
+    format: str | None = None
+
+
 class Item(msgspec.Struct, omit_defaults=True):
     id: str | None = None
     text: str | None = None
@@ -26,7 +34,7 @@ class Item(msgspec.Struct, omit_defaults=True):
     images: list[ImageInput] | None = None
     audio: Any | None = None
     video: Any | None = None
-    document: Any | None = None
+    document: DocumentInput | None = None
 
 
 class EncodeParams(msgspec.Struct, omit_defaults=True):

@@ -1,0 +1,151 @@
+"""Items/s of the decoder embedder in process against sentence-transformers' own batch
+encode, on one core (run it under ``taskset -c 0``), at batch 1, 8 and 32.
+
+The model is a random Qwen3 of MiniLM's size (hidden 384, 6 layers, intermediate 1536,
+6 query and 2 key/value heads) in the Qwen3-Embedding layout, with the tests' byte-level
+tokenizer (about one token per character, so a sentence is 40-120 tokens). Both sides
+read the same texts as queries with the default instruction; Sift runs
+``prepare`` + ``forward`` of one request of ``batch`` items (what the engine does for
+a batch), sentence-transformers ``encode(texts, prompt=..., batch_size=batch)``. One
+torch thread each; each figure is the best of ``--rounds`` interleaved rounds over the corpus.
+
+    taskset -c 0 .venv/bin/python scripts/bench_decoder.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WORDS = [
+    "the",
+    "search",
+    "team",
+    "wants",
+    "its",
+    "model",
+    "served",
+    "with",
+    "answers",
+    "equal",
+    "to",
+    "the",
+    "reference",
+    "library",
+    "on",
+    "every",
+    "query",
+]
+
+
+def corpus(count: int) -> list[str]:
+    return [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(6 + (i * 5) % 14)) for i in range(count)]
+
+
+def build(folder: Path) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    from tests.fixtures import tiny_decoder
+
+    tiny_decoder.build_tiny_qwen3_embedder(folder)
+    torch.manual_seed(0)
+    small = Qwen3Config.from_pretrained(folder)
+    config = Qwen3Config(
+        vocab_size=small.vocab_size, pad_token_id=small.pad_token_id, hidden_size=384, intermediate_size=1536,
+        num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
+    )  # fmt: skip
+    Qwen3Model(config).eval().save_pretrained(folder)
+    pooling = folder / "1_Pooling" / "config.json"
+    pooling.write_text(pooling.read_text().replace('"word_embedding_dimension": 32', '"word_embedding_dimension": 384'))
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--items", type=int, default=64)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--backend", action="append", help="Sift's backends to time (default: torch)")
+    args = parser.parse_args()
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from sift_server.adapters.base import EncodeTask, LoadContext, Part
+    from sift_server.adapters.decoder_embedder import DecoderEmbedderAdapter
+    from tests.fixtures.tiny_decoder import QUERY_INSTRUCTION, QUERY_PROMPT, QUERY_TEMPLATE
+
+    torch.set_num_threads(1)
+    texts = corpus(args.items)
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build(Path(tmp) / "qwen3-minilm-size")
+        options = {"device": "cpu", "query_template": QUERY_TEMPLATE, "default_instruction": QUERY_INSTRUCTION}
+        adapters = {
+            backend: DecoderEmbedderAdapter.load(
+                LoadContext(
+                    path=folder,
+                    options=options,
+                    max_sequence_length=512,
+                    torch_threads=1,
+                    backend=backend,
+                    precision="fp32",
+                    cache_dir=Path(tmp) / "cache",
+                )
+            )
+            for backend in args.backend or ["torch"]
+        }
+        reference = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+
+        def sift_on(adapter: DecoderEmbedderAdapter) -> Callable[[list[str]], np.ndarray]:
+            def sift(batch: list[str]) -> np.ndarray:
+                prepared = adapter.prepare(EncodeTask(texts=batch, is_query=True))
+                return np.stack(adapter.forward([Part(prepared, 0, len(batch))])[0])
+
+            return sift
+
+        def library(batch: list[str]) -> np.ndarray:
+            out: np.ndarray = reference.encode(batch, prompt=QUERY_PROMPT, batch_size=len(batch), convert_to_numpy=True)
+            return out
+
+        arms: dict[str, Callable[[list[str]], np.ndarray]] = {
+            f"sift {backend}": sift_on(adapter) for backend, adapter in adapters.items()
+        }
+        arms["sentence-transformers"] = library
+        worst = {name: float(np.abs(call(texts[:8]) - library(texts[:8])).max()) for name, call in arms.items()}
+        for size in (1, 8, 32):
+            batches = [texts[i : i + size] for i in range(0, len(texts), size)]
+            best = dict.fromkeys(arms, float("inf"))
+            for call in arms.values():
+                call(batches[0])  # warm
+            # Interleaved rounds: every arm once per round, so a busy machine slows them alike.
+            for _ in range(args.rounds):
+                for name, call in arms.items():
+                    start = time.perf_counter()
+                    for batch in batches:
+                        call(batch)
+                    best[name] = min(best[name], time.perf_counter() - start)
+            results[f"batch {size}"] = {name: round(len(texts) / seconds, 1) for name, seconds in best.items()}
+    report = {
+        "items_per_s": results,
+        "max_abs_diff_to_library_batch8": worst,
+        "affinity": sorted(os.sched_getaffinity(0)),
+    }
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Document items through HTTP and the released sie-sdk, against a ``sift serve`` with the
+shipped catalog: the docling model (its weights not on this machine: office, HTML and Markdown
+convert, PDFs are refused naming what is missing) and the default embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import pytest
+
+from tests.compat.conftest import COMPAT_PYTHON, require_venv
+from tests.fixtures import documents
+from tests.fixtures.server_process import ServerProcess, start_server
+
+EXTRACT = "/v1/extract/docling"
+MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+REPORT_MARKDOWN = (
+    "## Quarterly report\n\nRevenue grew by 12 percent in the northern region.\n\n"
+    "| region   |   sales |\n|----------|---------|\n| north    |      42 |"
+)
+
+# docling's own rendering (a space before the full stop after bold text is docling's).
+HTML_MARKDOWN = (
+    "# Opening hours\n\nWe open at **nine** .\n\n| day    | hours   |\n|--------|---------|\n| Monday | 9-17    |"
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    # The shipped catalog's entry: its weights (a hub repository) are not in the test machine's cache.
+    root = tmp_path_factory.mktemp("documents")
+    proc = start_server(["--queue-timeout-s", "600"], root / "server.log")
+    # The first request starts the load (the conversion process imports docling): wait for it.
+    deadline = time.monotonic() + 600
+    while True:
+        response = _post(proc, [{"document": {"data": documents.MARKDOWN, "format": "md"}}])
+        if response.status_code != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert response.status_code == 200, response.text
+    yield proc
+    proc.stop()
+
+
+def _post(server: ServerProcess, items: list[dict[str, Any]], **params: Any) -> httpx.Response:
+    body: dict[str, Any] = {"items": items}
+    if params:
+        body["params"] = params
+    return httpx.post(server.url + EXTRACT, content=msgpack.packb(body), headers=MSGPACK, timeout=300)
+
+
+def _items(response: httpx.Response) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = msgpack.unpackb(response.content)["items"]
+    return items
+
+
+def _refusal(response: httpx.Response) -> str:
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert detail["code"] == "INVALID_INPUT"
+    assert response.headers["X-SIE-Error-Code"] == "INVALID_INPUT"
+    message: str = detail["message"]
+    return message
+
+
+def test_weight_free_formats_convert(server: ServerProcess) -> None:
+    items = _items(
+        _post(
+            server,
+            [
+                {"id": "report", "document": {"data": documents.docx_report(), "format": "docx"}},
+                {"document": {"data": documents.HTML_PAGE, "format": "htm"}},
+                {"document": {"data": documents.MARKDOWN, "format": None}},
+            ],
+        )
+    )
+    assert [item["id"] for item in items] == ["report", "item-1", "item-2"]
+    report, page, notes = (item["data"] for item in items)
+    assert report["markdown"] == REPORT_MARKDOWN
+    assert report["document"]["schema_name"] == "DoclingDocument"
+    assert [table["data"]["num_rows"] for table in report["document"]["tables"]] == [2]
+    assert "Revenue grew by 12 percent" in report["text"]
+    assert page["markdown"] == HTML_MARKDOWN
+    assert notes["markdown"].startswith("# Release notes\n\nThe server now reads *documents*")
+    assert "| docx     | none      |" in notes["markdown"]
+    for item in items:
+        assert "error" not in item
+        assert (item["entities"], item["objects"]) == ([], [])
+
+
+def test_json_carries_the_bytes_as_base64(server: ServerProcess) -> None:
+    import base64
+
+    data = base64.b64encode(documents.docx_report()).decode()
+    body = {"items": [{"document": {"data": data}}]}
+    response = httpx.post(server.url + EXTRACT, json=body, headers={"Accept": "application/json"}, timeout=300)
+    assert response.status_code == 200, response.text
+    assert response.json()["items"][0]["data"]["markdown"] == REPORT_MARKDOWN
+
+
+def test_a_pdf_without_weights_names_what_is_missing(server: ServerProcess) -> None:
+    items = [
+        {"document": {"data": documents.MARKDOWN, "format": "md"}},
+        {"document": {"data": documents.pdf_image_only(), "format": "pdf"}},
+    ]
+    message = _refusal(_post(server, items))
+    assert message.startswith("items[1].document: a PDF document needs docling's weights")
+    assert "docling-project--docling-layout-heron, docling-project--docling-models not found in" in message
+    ocr = _refusal(_post(server, [{"document": {"data": documents.MARKDOWN}}], options={"ocr": True}))
+    assert "OCR needs docling's weights" in ocr and "RapidOcr not found" in ocr
+
+
+BAD_DOCUMENTS: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
+    "truncated": (lambda: {"data": documents.docx_report()[:3000], "format": "docx"}, "truncated or corrupt ZIP"),
+    "encrypted-pdf": (lambda: {"data": documents.pdf_encrypted(), "format": "pdf"}, "the PDF is encrypted"),
+    "encrypted-office": (lambda: {"data": documents.OLE_DOCUMENT, "format": "docx"}, "encrypted Office file"),
+    "zip-bomb": (lambda: {"data": documents.docx_bomb(), "format": "docx"}, "ZIP bomb"),
+    "contradiction": (
+        lambda: {"data": documents.docx_report(), "format": "pdf"},
+        "declared 'pdf' but its data is a DOCX document",
+    ),
+    "pages": (lambda: {"data": documents.pdf_pages(10_000), "format": "pdf"}, "the PDF has 10000 pages"),
+    "pixels": (lambda: {"data": documents.png_header(8000, 6251), "format": "png"}, "50008000 pixels; the limit"),
+    "rtf": (lambda: {"data": documents.MARKDOWN, "format": "rtf"}, "documents of format 'rtf' are not converted"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DOCUMENTS))
+def test_bad_documents_are_400_naming_the_item(server: ServerProcess, case: str) -> None:
+    make, expected = BAD_DOCUMENTS[case]
+    good = {"text": "unused", "document": {"data": documents.MARKDOWN}}
+    message = _refusal(_post(server, [good, {"document": make()}]))
+    assert message.startswith("items[1]") and expected in message
+
+
+def test_an_image_item_is_an_image_document(server: ServerProcess) -> None:
+    image = {"images": [{"data": documents.png_header(40, 30), "format": "png"}]}
+    message = _refusal(_post(server, [image]))
+    assert message.startswith("items[0].document: a IMAGE document needs docling's weights")
+    assert "RapidOcr not found" in message
+
+
+def test_models_lists_what_docling_reads(server: ServerProcess) -> None:
+    models = {model["name"]: model for model in httpx.get(server.url + "/v1/models").json()["models"]}
+    assert models["docling"]["inputs"] == ["document", "image"]
+    assert models["docling"]["outputs"] == ["json"]
+
+
+def test_an_item_without_a_document_is_400(server: ServerProcess) -> None:
+    assert "items[0]: this model reads documents" in _refusal(_post(server, [{"text": "hello"}]))
+
+
+async def test_an_encode_request_is_answered_while_a_document_converts(server: ServerProcess) -> None:
+    long_docx = documents.docx_pages(1500)
+    body = msgpack.packb({"items": [{"document": {"data": long_docx, "format": "docx"}}]})
+    async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+        conversion = asyncio.create_task(client.post(EXTRACT, content=body, headers=MSGPACK))
+        await asyncio.sleep(0.5)
+        encoded = await client.post(
+            "/v1/encode/sentence-transformers/all-MiniLM-L6-v2", json={"items": [{"text": "still here"}]}
+        )
+        health = await client.get("/healthz")
+        converted = await conversion
+    assert encoded.status_code == 200 and health.status_code == 200
+    markdown = _items(converted)[0]["data"]["markdown"]
+    assert markdown.count("## Section") == 75 and "Paragraph 1499:" in markdown
+
+
+def test_the_released_sdk_sends_documents(server: ServerProcess, tmp_path: Path) -> None:
+    require_venv()
+    files = {
+        "report.docx": documents.docx_report(),
+        "page.htm": documents.HTML_PAGE,
+        "notes.markdown": documents.MARKDOWN,
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    driver = Path(__file__).with_name("sdk_driver.py")
+    command = [str(COMPAT_PYTHON), str(driver), server.url, *(str(tmp_path / name) for name in files)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    by_path = out["by_path"]
+    assert [item["id"] for item in by_path] == list(files)
+    assert by_path[0]["data"]["markdown"] == REPORT_MARKDOWN
+    assert by_path[1]["data"]["markdown"] == HTML_MARKDOWN
+    assert by_path[2]["data"]["markdown"].startswith("# Release notes")
+    assert all(item["error"] is None for item in by_path)
+    assert out["by_bytes"]["data"]["markdown"] == REPORT_MARKDOWN
+    assert out["contradiction"]["type"] == "RequestError"
+    assert "declared 'pdf' but its data is a DOCX document" in out["contradiction"]["message"]
