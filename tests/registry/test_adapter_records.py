@@ -116,12 +116,15 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "sparse-encoder": ("sparse",),
         "colbert": ("multivector",),
         "clip": ("dense",),
+        "decoder-embedder": ("dense",),
     }
     assert {n for n, r in RECORDS.items() if r.backends == {"torch"}} == {
         "clip",
         "gliner2",
         "colbert",
         "sparse-encoder",
+        "llm-reranker",
+        "docling",
     }
 
 
