@@ -28,7 +28,7 @@ async def test_concurrent_requests_fuse_and_metrics_count_forwards(
     app_client: tuple[httpx.AsyncClient, ServerState],
 ) -> None:
     client, state = app_client
-    worker = state.registry.records[TINY_EMBEDDER].worker
+    worker = state.registry.records[TINY_EMBEDDER].engine
     assert worker is not None
     before = worker.forwards_run
     responses = await asyncio.gather(

@@ -39,7 +39,7 @@ async def test_declared_size_over_the_limit_is_refused_before_the_body(make_clie
 async def test_a_native_request_is_counted_from_its_headers_to_its_end(make_client: MakeClient) -> None:
     client, state = await make_client()
     assert (await client.post(ENCODE, json=BODY)).status_code == 200  # loaded, so it has a worker
-    scheduler = state.registry.records[TINY_EMBEDDER].worker.scheduler  # type: ignore[union-attr]
+    scheduler = state.registry.records[TINY_EMBEDDER].engine.scheduler  # type: ignore[union-attr]
     ticket = state.registry.begin_ingress(TINY_EMBEDDER)
     assert ticket is not None and scheduler.ingress_pending == 1
     ticket.end()

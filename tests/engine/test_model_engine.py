@@ -13,9 +13,9 @@ import pytest
 from sift_server.adapters.base import Part, Prepared
 from sift_server.engine.batch_queue import Caps
 from sift_server.engine.clock import FakeClock
+from sift_server.engine.model_engine import EngineConfig, ModelEngine
 from sift_server.engine.policy import AdaptivePolicy, Decision, ImmediatePolicy, TimedPolicy, WaitUntil
 from sift_server.engine.scheduler import Scheduler, SchedulerConfig
-from sift_server.engine.worker import ModelWorker, WorkerConfig
 from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown
 
 
@@ -56,7 +56,7 @@ class DecisionLog:
         return await asyncio.wait_for(self._arrived.get(), 30)
 
 
-def record_decisions(worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> DecisionLog:
+def record_decisions(worker: ModelEngine, monkeypatch: pytest.MonkeyPatch) -> DecisionLog:
     """Log every decision of ``worker`` from now on (a test waits on one instead of counting loop turns)."""
     log = DecisionLog()
     decide = worker.scheduler.decide
@@ -70,8 +70,8 @@ def record_decisions(worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> De
     return log
 
 
-def make_worker(forward: FakeForward, policy: Any = None, **config: Any) -> ModelWorker:
-    worker = ModelWorker("m", forward, policy or ImmediatePolicy(), WorkerConfig(scheduler=SchedulerConfig(**config)))
+def make_worker(forward: FakeForward, policy: Any = None, **config: Any) -> ModelEngine:
+    worker = ModelEngine("m", forward, policy or ImmediatePolicy(), EngineConfig(scheduler=SchedulerConfig(**config)))
     worker.start()
     return worker
 
@@ -210,8 +210,8 @@ async def test_a_request_queued_past_the_deadline_is_refused_and_the_rest_runs()
     clock = FakeClock()
     forward = FakeForward()
     forward.gate.clear()
-    worker = ModelWorker(
-        "m", forward, ImmediatePolicy(), WorkerConfig(scheduler=SchedulerConfig(queue_timeout=5.0)), clock=clock
+    worker = ModelEngine(
+        "m", forward, ImmediatePolicy(), EngineConfig(scheduler=SchedulerConfig(queue_timeout=5.0)), clock=clock
     )
     worker.start()
     running = worker.submit(prepared("a"), request_id="a")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.engine.policy import ImmediatePolicy
-from sift_server.engine.worker import ModelWorker
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.registry import Registry
 from sift_server.registry.switching import SwitchingAdapter
@@ -79,8 +79,8 @@ class Chooser:
 
 
 def registry(loader: Any, backend: str = "auto", backend_override: str | None = None) -> Registry:
-    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
-        return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
+    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelEngine:
+        return ModelEngine(spec.name, adapter.forward, ImmediatePolicy())
 
     spec = ModelSpec(name="m", adapter="sentence-embedder", source={"hf": "m"}, tasks=["encode"], backend=backend)
     return Registry(

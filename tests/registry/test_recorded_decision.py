@@ -16,8 +16,8 @@ import pytest
 
 from sift_server.adapters.backends import choice
 from sift_server.adapters.base import Adapter
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.engine.policy import ImmediatePolicy
-from sift_server.engine.worker import ModelWorker
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.deciding import ChildDecisions
 from sift_server.registry.loader import load_adapter
@@ -78,8 +78,8 @@ def test_a_load_with_a_recorded_decision_does_not_import_torch(model: Path, deci
 
 
 def registry(model: Path, decisions: ChildDecisions) -> Registry:
-    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
-        return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
+    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelEngine:
+        return ModelEngine(spec.name, adapter.forward, ImmediatePolicy())
 
     loader: Any = lambda spec: load_adapter(spec, 1, cache_dir=decisions.cache_dir)  # noqa: E731
     return Registry(Catalog([entry(model)]), factory, memory_budget_bytes=1000 * MB, loader=loader, decisions=decisions)

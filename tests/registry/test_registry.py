@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.engine.policy import ImmediatePolicy
-from sift_server.engine.worker import ModelWorker
 from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.registry import Registry
@@ -61,8 +61,8 @@ def registry(
 ) -> Registry:
     """By default without the recent-use protection, so plain LRU order is tested."""
 
-    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
-        return ModelWorker(spec.name, adapter.forward, ImmediatePolicy())
+    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelEngine:
+        return ModelEngine(spec.name, adapter.forward, ImmediatePolicy())
 
     extra = {"clock": clock} if clock is not None else {}
     return Registry(
@@ -86,14 +86,14 @@ async def test_cold_model_answers_loading_then_serves() -> None:
 
     reg = registry(loader)
     with pytest.raises(ModelLoading) as info:
-        reg.ready_worker("a")
+        reg.ready_engine("a")
     assert info.value.retry_after == 5
     assert reg.record("a").state == "loading"
     with pytest.raises(ModelLoading):
-        reg.ready_worker("a")  # still loading: no second load started
+        reg.ready_engine("a")  # still loading: no second load started
     gate.set()
     await reg.record("a").load_task  # type: ignore[misc]
-    record, _ = reg.ready_worker("a")
+    record, _ = reg.ready_engine("a")
     assert record.state == "loaded" and record.memory_bytes == 10 * MB
     await reg.close(0)
 
@@ -110,10 +110,10 @@ async def test_permanent_load_failure_is_a_502_without_retry() -> None:
 
     reg = registry(loader)
     with pytest.raises(ModelLoading):
-        reg.ready_worker("a")
+        reg.ready_engine("a")
     await reg.record("a").load_task  # type: ignore[misc]
     with pytest.raises(ModelLoadFailed) as info:
-        reg.ready_worker("a")
+        reg.ready_engine("a")
     assert info.value.status == 502 and info.value.retry_after is None
     assert info.value.extra["error_class"] == "NOT_FOUND" and info.value.extra["permanent"] is True
     assert reg.record("a").last_error is not None
@@ -130,10 +130,10 @@ async def test_transient_failures_become_permanent_after_three_attempts() -> Non
     reg = registry(loader)
     for _ in range(3):
         with pytest.raises(ModelLoading):
-            reg.ready_worker("a")
+            reg.ready_engine("a")
         await reg.record("a").load_task  # type: ignore[misc]
     with pytest.raises(ModelLoadFailed):
-        reg.ready_worker("a")
+        reg.ready_engine("a")
     assert attempts == 3
 
 
@@ -147,7 +147,7 @@ async def test_least_recently_used_model_is_evicted_under_the_budget() -> None:
     reg = registry(loader, budget_mb=100)
     await reg.load_now("a")
     await reg.load_now("b")
-    reg.ready_worker("a")  # a is now more recently used than b
+    reg.ready_engine("a")  # a is now more recently used than b
     await reg.load_now("c")  # 120 MB > 100 MB: b goes
     assert reg.record("b").state == "available" and adapters["b"].closed
     assert reg.record("a").state == "loaded" and reg.record("c").state == "loaded"
@@ -159,7 +159,7 @@ async def test_requests_queued_on_an_evicted_model_are_told_to_retry() -> None:
     adapter = GatedAdapter(10 * MB)
     reg = registry(lambda spec: adapter)
     await reg.load_now("a")
-    _, worker = reg.ready_worker("a")
+    _, worker = reg.ready_engine("a")
     worker.submit(Prepared([1], None, None), request_id="running")
     await asyncio.to_thread(adapter.entered.wait, 30)
     ticket = worker.submit(Prepared([1], None, None), request_id="r")  # queued behind it
@@ -169,7 +169,7 @@ async def test_requests_queued_on_an_evicted_model_are_told_to_retry() -> None:
     adapter.gate.set()
     await eviction
     with pytest.raises(ModelLoading):
-        reg.ready_worker("a")  # reloads on demand
+        reg.ready_engine("a")  # reloads on demand
     await reg.close(0)
 
 
@@ -193,7 +193,7 @@ async def test_eviction_releases_the_model_only_after_its_running_forward() -> N
     adapter = GatedAdapter(10 * MB)
     reg = registry(lambda spec: adapter)
     await reg.load_now("a")
-    _, worker = reg.ready_worker("a")
+    _, worker = reg.ready_engine("a")
     ticket = worker.submit(Prepared([1], None, None), request_id="r")
     await asyncio.to_thread(adapter.entered.wait, 30)
     eviction = asyncio.create_task(reg.evict("a"))
@@ -221,8 +221,8 @@ async def test_a_request_answered_just_before_its_model_is_evicted_still_gets_it
         model = reg_holder[0].record("a")
         model.state, model.worker, model.adapter = "available", None, None
 
-    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelWorker:
-        return ModelWorker(spec.name, adapter.forward, ImmediatePolicy(), observers=[evict_sync_part])
+    def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelEngine:
+        return ModelEngine(spec.name, adapter.forward, ImmediatePolicy(), observers=[evict_sync_part])
 
     class VectorAdapter(FakeAdapter):
         def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
@@ -281,12 +281,12 @@ async def test_a_model_with_queued_work_is_not_evicted_for_one_that_is_loading()
     reg = registry(lambda spec: gated if spec.name == "a" else FakeAdapter(60 * MB), budget_mb=100)
     await reg.load_now("b")  # b's size is known from now on
     await reg.load_now("a")  # b was idle: evicted
-    _, worker = reg.ready_worker("a")
+    _, worker = reg.ready_engine("a")
     running = worker.submit(Prepared([1], None, None), request_id="running")
     await asyncio.to_thread(gated.entered.wait, 30)  # a forward in flight
     ticket = worker.submit(Prepared([1], None, None), request_id="r")
     with pytest.raises(ModelLoading, match="memory"):
-        reg.ready_worker("b")
+        reg.ready_engine("b")
     assert reg.record("b").state == "available"  # no load started
     assert reg.record("a").state == "loaded" and reg.evictions == 1  # only b's, when a loaded
     assert not ticket.future.done()
@@ -296,7 +296,7 @@ async def test_a_model_with_queued_work_is_not_evicted_for_one_that_is_loading()
     await running.future
     await asyncio.sleep(0)  # the forward's completion reaches the scheduler
     with pytest.raises(ModelLoading):
-        reg.ready_worker("b")
+        reg.ready_engine("b")
     await reg.record("b").load_task  # type: ignore[misc]
     assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
     await reg.close(0)
@@ -306,9 +306,9 @@ async def test_a_load_that_finds_the_budget_held_by_busy_models_gives_up_without
     reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100)
     await reg.load_now("b")
     await reg.load_now("a")
-    _, worker = reg.ready_worker("a")
+    _, worker = reg.ready_engine("a")
     with pytest.raises(ModelLoading):
-        reg.ready_worker("b")  # a is idle now: b's load starts
+        reg.ready_engine("b")  # a is idle now: b's load starts
     reading = worker.ingress.begin(0.0)  # ...and a request for a arrives before the load makes room
     await reg.record("b").load_task  # type: ignore[misc]
     assert reg.record("a").state == "loaded" and reg.record("b").state == "available"
@@ -348,15 +348,15 @@ async def test_two_models_that_do_not_fit_do_not_evict_each_other_while_clients_
     assert reg.record("b").state == "available"
     now[0] += 3.0  # a's clients are sleeping their Retry-After
     with pytest.raises(ModelLoading, match="memory"):
-        reg.ready_worker("b")
+        reg.ready_engine("b")
     assert reg.record("b").state == "available" and reg.record("a").state == "loaded"
-    reg.ready_worker("a")  # a is used again: protected for another 10 s
+    reg.ready_engine("a")  # a is used again: protected for another 10 s
     now[0] += 9.0
     with pytest.raises(ModelLoading, match="memory"):
-        reg.ready_worker("b")
+        reg.ready_engine("b")
     now[0] += 2.0  # 11 s since a's last use: b may take its place
     with pytest.raises(ModelLoading, match="is loading"):
-        reg.ready_worker("b")
+        reg.ready_engine("b")
     await reg.record("b").load_task  # type: ignore[misc]
     assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
     await reg.close(0)
@@ -377,10 +377,10 @@ async def test_a_load_in_progress_holds_its_share_of_the_budget() -> None:
     await reg.load_now("a")  # b evicted; both sizes known now
     await reg.evict("a")
     with pytest.raises(ModelLoading, match="is loading"):
-        reg.ready_worker("b")  # b loads (held at the gate)
+        reg.ready_engine("b")  # b loads (held at the gate)
     await asyncio.sleep(0.05)
     with pytest.raises(ModelLoading, match="memory"):
-        reg.ready_worker("a")  # does not start a second load that cannot fit
+        reg.ready_engine("a")  # does not start a second load that cannot fit
     assert reg.record("a").state == "available"
     gate.set()
     await reg.record("b").load_task  # type: ignore[misc]

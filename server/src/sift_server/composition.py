@@ -1,5 +1,5 @@
 """The composition root: settings in, the serving state out (policy, scheduler
-configuration, one engine worker per loaded model, registry, limits, metrics).
+configuration, one batching engine per loaded model, registry, limits, metrics).
 
 ``sift serve``, ``sift worker`` and ``sift gateway`` all start from here; nothing
 of HTTP or NATS is wired in this module.
@@ -14,10 +14,10 @@ from sift_server.adapters.base import Adapter
 from sift_server.config import Settings
 from sift_server.core.state import ServerState
 from sift_server.engine.batch_queue import Caps
+from sift_server.engine.model_engine import SERVING_FORWARD_NICE, EngineConfig, ModelEngine
 from sift_server.engine.policy import make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.trace import JsonlTrace, TraceSink
-from sift_server.engine.worker import SERVING_FORWARD_NICE, ModelWorker, WorkerConfig
 from sift_server.metrics import Metrics
 from sift_server.registry.calibrate import Curve, load_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
@@ -43,7 +43,7 @@ def build_state(
     # The operator bounds the batching; the batching model's constants are the engine's own.
     policy = make_policy(settings.policy, max_hold_ms=settings.max_hold_ms, max_wait_ms=settings.max_batch_wait_ms)
 
-    def worker_factory(spec: ModelSpec, adapter: Adapter, curve: Curve | None) -> ModelWorker:
+    def engine_factory(spec: ModelSpec, adapter: Adapter, curve: Curve | None) -> ModelEngine:
         batching = spec.batching
         caps = Caps(
             max_requests=batching.max_batch_requests or settings.max_batch_requests,
@@ -56,18 +56,18 @@ def build_state(
             queue_timeout=settings.queue_timeout_s,
             shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
         )
-        config = WorkerConfig(scheduler=scheduling, forward_nice=SERVING_FORWARD_NICE)
+        config = EngineConfig(scheduler=scheduling, forward_nice=SERVING_FORWARD_NICE)
         spans = forward_spans(lambda: str(adapter.info.runtime.get("backend", "torch")))
-        worker = ModelWorker(
+        engine = ModelEngine(
             spec.name, adapter.forward, policy, config, trace=trace, observers=[metrics.observe_forward, spans]
         )
         if curve is not None:
-            worker.scheduler.seed_costs(curve.points)
-        return worker
+            engine.scheduler.seed_costs(curve.points)
+        return engine
 
     registry = Registry(
         catalog,
-        worker_factory,
+        engine_factory,
         memory_budget_bytes=settings.memory_budget_mb * 2**20,
         loader=loader
         or partial(

@@ -34,8 +34,8 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     state: ServerState = request.app.state.sift
     for name, record in state.registry.records.items():
-        if record.worker is not None:
-            state.metrics.queue_depth.labels(name).set(record.worker.queued_items)
+        if record.engine is not None:
+            state.metrics.queue_depth.labels(name).set(record.engine.queued_items)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

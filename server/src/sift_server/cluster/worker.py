@@ -56,7 +56,7 @@ from sift_server.core.endpoints import route
 from sift_server.core.serve import Call, Reply, error_reply, handle
 from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
-from sift_server.engine.worker import ModelWorker
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import RequestCancelled, RouteNotFound, ShuttingDown, SiftError
 from sift_server.server import arm_exit_watchdog, hard_exit
 from sift_server.telemetry import propagation
@@ -157,9 +157,9 @@ class ModelPuller:
         self.stopping = False
 
     @property
-    def engine(self) -> ModelWorker | None:
+    def engine(self) -> ModelEngine | None:
         record = self.owner.state.registry.records.get(self.model)
-        return record.worker if record is not None else None
+        return record.engine if record is not None else None
 
     def holding_limit(self) -> int:
         engine = self.engine

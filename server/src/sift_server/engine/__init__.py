@@ -1,1 +1,1 @@
-"""The per-model dynamic batching engine: pure queue and policy core, asyncio worker shell."""
+"""The per-model dynamic batching engine: pure queue and policy core, asyncio shell (model_engine.py)."""

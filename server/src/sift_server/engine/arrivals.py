@@ -102,7 +102,7 @@ class ArrivalView:
 @dataclass(slots=True)
 class ArrivalModel:
     link_gap: float = 0.002
-    # 0: plain link-gap clusters; the server sets 50 ms (WorkerConfig).
+    # 0: plain link-gap clusters; the server sets 50 ms (EngineConfig).
     busy_link_gap: float = 0.0
     quiet_gap: float = 0.005
     min_follow_gap: float = 0.0002

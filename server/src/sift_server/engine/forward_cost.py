@@ -1,6 +1,6 @@
 """What a forward costs: ``seconds ≈ fixed + per_token * tokens``, learned online.
 
-Pure code over the durations the shell measures. Holding a worker for a
+Pure code over the durations the shell measures. Holding an engine for a
 returning wave pays only where a forward has a fixed part worth sharing (see
 ``engine.policy``): with halves of ``q`` queued and ``r`` returning requests
 and a wait ``d``, one fused forward runs more requests per second than two

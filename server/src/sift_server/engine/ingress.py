@@ -37,7 +37,7 @@ class IngressTicket:
 class IngressBoard:
     def __init__(self, sink: IngressSink, on_change: Callable[[], None] | None = None) -> None:
         self._sink = sink
-        # Called when a ticket ends, so a worker holding a head can re-decide.
+        # Called when a ticket ends, so an engine holding a head can re-decide.
         self._on_change = on_change
 
     def begin(self, now: float) -> IngressTicket:

@@ -53,12 +53,12 @@ class Ticket:
 
 
 # The nice the server's forward threads run at, so the loop that reads requests keeps up
-# while a forward runs (WorkerConfig's default of 0 leaves tests' threads alone).
+# while a forward runs (EngineConfig's default of 0 leaves tests' threads alone).
 SERVING_FORWARD_NICE = 10
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerConfig:
+class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Added to the forward thread's nice value (Linux: per thread); 0 leaves it alone.
     forward_nice: int = 0
@@ -72,7 +72,7 @@ def _lower_thread_priority(nice: int) -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
-class ModelWorker:
+class ModelEngine:
     """Turns the scheduler's answers into asyncio waits and forwards.
 
     The scheduler (``engine/scheduler.py``) owns every piece of batching state;
@@ -85,7 +85,7 @@ class ModelWorker:
         model: str,
         forward: ForwardFn,
         policy: Policy,
-        config: WorkerConfig = WorkerConfig(),
+        config: EngineConfig = EngineConfig(),
         *,
         clock: Clock = monotonic,
         trace: TraceSink | None = None,

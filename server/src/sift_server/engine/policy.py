@@ -2,7 +2,7 @@
 
 ``decide(state, now)`` answers ``Dispatch`` (run a forward for a lane now, with
 a reason), ``WaitUntil`` (decide again at that time, or earlier if an event
-arrives) or ``Idle`` (nothing to do until an event). The worker shell and the
+arrives) or ``Idle`` (nothing to do until an event). The engine shell and the
 simulator drive the very same objects.
 """
 
@@ -164,14 +164,14 @@ def wave_hold(
     waits a whole forward. So hold until the wave is back, its allowance has
     passed, or ``hold_bound``.
 
-    Elsewhere, closed-loop clients split into two halves keep the worker busy
+    Elsewhere, closed-loop clients split into two halves keep the engine busy
     (each half comes back while the other runs), so a cycle costs ``F(q) +
     F(r) = 2a + b(q + r)``; waiting ``d`` seconds for the rest of the wave and
     running one forward costs ``a + b(q + r) + d``. Holding pays exactly when
     the forward's fixed part ``a`` exceeds the wait ``d``.
 
     Only requests already in ingress may be waited for past the allowance
-    (their admission wakes the worker), and on a shared core a wave whose
+    (their admission wakes the engine), and on a shared core a wave whose
     returns are still coming in (the last one less than ``quiet`` ago: a
     slower wave than the learned ones); nothing waits past ``hold_bound``."""
     bound = hold_bound(state, max_hold, wave_share)
@@ -184,7 +184,7 @@ def wave_hold(
         until = min(state.wave_deadline, bound)
         wait = until - now
     else:
-        # Only requests being read are missing: their admission wakes the worker long before ``bound``.
+        # Only requests being read are missing: their admission wakes the engine long before ``bound``.
         until, wait = bound, 0.0
     if now >= until:
         return None
@@ -205,7 +205,7 @@ def halves(state: SchedulerState, lane: LaneView, now: float, max_hold: float, w
     busy, and every request waits the same cycle, the other half's forward
     then its own, as long as the halves stay whole: so a half runs once at
     least half of the loop is queued (in steady state the other half came back
-    while this one ran), and while fewer are queued the worker waits for the
+    while this one ran), and while fewer are queued the engine waits for the
     returning ones, at most until the whole wave would be back.
 
     Used where the whole loop's wave (queued, running and returning requests)
@@ -245,7 +245,7 @@ class ImmediatePolicy:
 
 @dataclass(frozen=True, slots=True)
 class TimedPolicy:
-    """The reference (sie-server 0.10.1's batch former): whenever the worker is
+    """The reference (sie-server 0.10.1's batch former): whenever the engine is
     free, wait until arrivals are quiet for ``idle_coalesce`` seconds, bounded
     by ``max_wait`` after the head; work that queued behind a multi-request
     forward runs at once (its drain). That is how the reference collects a
@@ -274,7 +274,7 @@ class TimedPolicy:
 
 @dataclass(frozen=True, slots=True)
 class AdaptivePolicy:
-    """Dispatch a lone request at once; hold an idle worker only while a burst
+    """Dispatch a lone request at once; hold an idle engine only while a burst
     is expected, and dispatch once the expected burst is complete and quiet
     for ``follow_gap`` (the next burst may be bigger than the learned one).
 
@@ -284,7 +284,7 @@ class AdaptivePolicy:
     of a returning wave where that pays (``wave_hold``); run a wave that is
     back (``wave``); run work that queued behind a forward (``backlog``; on a
     shared core, first let requests being read and a returning wave go quiet,
-    within ``max_hold``); then, on an idle worker, hold while the arrival model
+    within ``max_hold``); then, on an idle engine, hold while the arrival model
     expects a burst (requests in ingress, or predicted followers until
     ``follow_gap`` after the latest arrival: ``window``), bounded by
     ``max_hold`` (``max_burst_hold`` for a learned burst still arriving:
@@ -346,7 +346,7 @@ class AdaptivePolicy:
             return Dispatch(lane.lane, "max-wait")
         if state.ingress_pending > 0 and arrivals.expects_burst:
             # Followers are already being read and decoded: wait for them (an
-            # admission or a failed ingress wakes the worker).
+            # admission or a failed ingress wakes the engine).
             return WaitUntil(hold_until)
         if arrivals.unseen_followers > 0:
             quiet_at = max(lane.last_arrival, arrivals.last_arrival) + arrivals.follow_gap

@@ -2,7 +2,7 @@
 
 Plain synchronous code over explicit state and the times the caller passes in,
 in the spirit of vLLM v1's scheduler: it returns data and never waits. Two
-shells drive the very same object: the worker (``engine/worker.py``: asyncio,
+shells drive the very same object: the model engine (``engine/model_engine.py``: asyncio,
 the executor thread, futures) and the simulator (``sift_bench.simulate.engine_sim``:
 a virtual clock). So what the simulator shows is what the server does.
 
@@ -67,7 +67,7 @@ class SchedulerConfig:
     # ... or this share of that forward's duration, if longer (a slow forward's wave takes longer
     # to return); also what a hold for a returning wave may last (policy.hold_bound).
     wave_share: float = WAVE_SHARE
-    # The loop that reads requests and the forward thread share one core (the worker sets it).
+    # The loop that reads requests and the forward thread share one core (the model engine sets it).
     shared_core: bool = False
 
 
@@ -278,7 +278,7 @@ class Scheduler:
         whole forward, and a sub-forward that answers early sends its clients
         back while the rest of the batch still runs, so they queue behind it and
         split the next wave: both spread the latencies of a closed loop and
-        neither adds items/s (the worker is busy either way; the cut by length
+        neither adds items/s (the engine is busy either way; the cut by length
         still runs, so rows stay short). Only for a batch under load
         (``_whole_wave``): a burst after idle time keeps early answers."""
         return self.holds_for_waves

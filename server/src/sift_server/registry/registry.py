@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from sift_server.adapters.base import Adapter
 from sift_server.engine.ingress import IngressTicket
-from sift_server.engine.worker import ModelWorker
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
 from sift_server.registry import calibrate as calibration
 from sift_server.registry.calibrate import Curve
@@ -50,7 +50,7 @@ RECENT_USE_S = 2.0 * (ModelLoading.retry_after or 5)
 _MAX_NAME_CHARS = MAX_MODEL_NAME_CHARS
 
 State = Literal["available", "loading", "loaded", "failed"]
-WorkerFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelWorker]
+EngineFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelEngine]
 AdapterLoader = Callable[[ModelSpec], Adapter]
 
 
@@ -75,7 +75,7 @@ class ModelRecord:
     spec: ModelSpec
     state: State = "available"
     adapter: Adapter | None = None
-    worker: ModelWorker | None = None
+    engine: ModelEngine | None = None
     memory_bytes: int = 0
     # Measured size of the last load (kept across evictions, to plan a reload).
     known_bytes: int = 0
@@ -107,7 +107,7 @@ class Registry:
     def __init__(
         self,
         catalog: Catalog,
-        worker_factory: WorkerFactory,
+        engine_factory: EngineFactory,
         *,
         memory_budget_bytes: int,
         loader: AdapterLoader = load_adapter,
@@ -128,7 +128,7 @@ class Registry:
         self.decisions = decisions
         self.recent_use_s = recent_use_s
         self.catalog = catalog
-        self._worker_factory = worker_factory
+        self._engine_factory = engine_factory
         self._loader = loader
         self._clock = clock
         self.memory_budget_bytes = memory_budget_bytes
@@ -154,19 +154,19 @@ class Registry:
     def begin_ingress(self, name: str, arrival: float | None = None) -> IngressTicket | None:
         """Count a request for model ``name`` whose headers arrived (at ``arrival``,
         default now) and that is not admitted yet; None where the model has no
-        worker (unknown or not loaded: nothing is batching for it to learn from
+        engine (unknown or not loaded: nothing is batching for it to learn from
         the count)."""
         record = self.records.get(name)
-        if record is None or record.worker is None:
+        if record is None or record.engine is None:
             return None
-        return record.worker.ingress.begin(time.perf_counter() if arrival is None else arrival)
+        return record.engine.ingress.begin(time.perf_counter() if arrival is None else arrival)
 
-    def ready_worker(self, name: str) -> tuple[ModelRecord, ModelWorker]:
-        """The model's worker if loaded; otherwise start loading and raise."""
+    def ready_engine(self, name: str) -> tuple[ModelRecord, ModelEngine]:
+        """The model's engine if loaded; otherwise start loading and raise."""
         record = self.record(name)
-        if record.state == "loaded" and record.worker is not None:
+        if record.state == "loaded" and record.engine is not None:
             record.last_used = self._clock()
-            return record, record.worker
+            return record, record.engine
         if record.state == "failed" and record.last_error is not None and record.last_error.permanent:
             err = record.last_error
             raise ModelLoadFailed(
@@ -246,8 +246,8 @@ class Registry:
         record.memory_bytes = record.known_bytes = adapter.memory_bytes()
         if self.calibrate:
             record.curve = await asyncio.to_thread(calibration.measure, adapter)
-        record.worker = self._worker_factory(spec, adapter, record.curve)
-        record.worker.start()
+        record.engine = self._engine_factory(spec, adapter, record.curve)
+        record.engine.start()
         record.state = "loaded"
         record.last_error = None
         record.last_used = self._clock()
@@ -314,10 +314,10 @@ class Registry:
     def is_busy(self, record: ModelRecord) -> bool:
         """Serving: a forward running, requests queued or being read, or a use
         within ``recent_use_s`` (its clients may be between retries)."""
-        worker = record.worker
-        if worker is None:
+        engine = record.engine
+        if engine is None:
             return False
-        if worker.has_work:
+        if engine.has_work:
             return True
         return self._clock() - record.last_used < self.recent_use_s
 
@@ -363,19 +363,19 @@ class Registry:
 
     async def evict(self, name: str) -> None:
         record = self.record(name)
-        worker, adapter = record.worker, record.adapter
-        record.state, record.worker, record.adapter, record.memory_bytes = "available", None, None, 0
+        engine, adapter = record.engine, record.adapter
+        record.state, record.engine, record.adapter, record.memory_bytes = "available", None, None, 0
         record.loras = None
         self.evictions += 1
         # A decision still running finds the record changed and drops its result.
-        if worker is not None:
+        if engine is not None:
             # Queued requests are told to come back; the model reloads on demand.
-            await worker.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))
+            await engine.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))
             # A forward still running in its thread uses the weights: release them after it.
-            await worker.forward_finished()
+            await engine.forward_finished()
         if adapter is not None:
             adapter.close()
-        del worker, adapter
+        del engine, adapter
         # Loads freeze the heap (gc.freeze), which hides the evicted model's
         # reference cycles from the collector for good: thaw, collect, refreeze.
         gc.unfreeze()
@@ -389,5 +389,5 @@ class Registry:
         for task in deciding:
             task.cancel()
         await asyncio.gather(*deciding, return_exceptions=True)
-        workers = [r.worker for r in self.records.values() if r.worker is not None]
-        await asyncio.gather(*(w.close(grace_s) for w in workers))
+        engines = [r.engine for r in self.records.values() if r.engine is not None]
+        await asyncio.gather(*(w.close(grace_s) for w in engines))

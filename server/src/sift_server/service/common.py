@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from sift_server.adapters.base import OverflowPolicy, Task
-from sift_server.engine.worker import ModelWorker
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import InputTooLong, InvalidInput, TaskNotSupported
 from sift_server.registry.registry import ModelRecord, Registry
 from sift_server.service.images import ImageLimits
@@ -79,7 +79,7 @@ class Target(NamedTuple):
     name: str
     path_profile: str | None
     record: ModelRecord
-    worker: ModelWorker
+    engine: ModelEngine
 
 
 def ready_for(registry: Registry, model: str, task: Task) -> Target:
@@ -88,8 +88,8 @@ def ready_for(registry: Registry, model: str, task: Task) -> Target:
     a request the model can never serve does not load it."""
     name, path_profile = split_profile(model)
     require_task(registry.record(name), task)
-    record, worker = registry.ready_worker(name)
-    return Target(name, path_profile, record, worker)
+    record, engine = registry.ready_engine(name)
+    return Target(name, path_profile, record, engine)
 
 
 def result_id(item: Item, index: int) -> str:

@@ -1,6 +1,6 @@
 """Extract from documents: the items' ``document`` fields as sie-sdk 0.10.1 sends
 them (``{"data": <bytes>, "format": <hint or None>}``: msgpack bin, or base64 in
-JSON), checked before any parsing, converted by the model's worker.
+JSON), checked before any parsing, converted by the model's engine.
 
 On the loop: the count, each document's byte size and its hint (lower-cased,
 aliases such as ``htm`` or ``markdown`` folded in, an empty hint meaning none).
@@ -128,7 +128,7 @@ def _inspected(raws: Sequence[RawDocument], limits: DocumentLimits) -> Any:
 async def extract_documents(
     model: str,
     record: ModelRecord,
-    worker: Any,
+    engine: Any,
     items: Sequence[Item] | None,
     options: Mapping[str, Any],
     ctx: RequestContext,
@@ -141,7 +141,7 @@ async def extract_documents(
     assert items is not None
     task = ExtractTask(texts=[""] * len(raws), labels=(), options=options)
     timing = Timing(started=ctx.started)
-    outputs, _ = await run_task(record, worker, task, ctx, timing, None, _inspected(raws, limits))
+    outputs, _ = await run_task(record, engine, task, ctx, timing, None, _inspected(raws, limits))
     post_start = time.perf_counter()
     shaped = []
     for index, (item, result) in enumerate(zip(items, outputs, strict=True)):

@@ -31,7 +31,7 @@ from sift_server.service.common import (
     string_option,
 )
 from sift_server.service.images import RawImage, check_images, decode_images
-from sift_server.service.prep import Completion
+from sift_server.service.prep import DeferredDecode
 from sift_server.service.quantize import OUTPUT_DTYPES, quantize, quantize_rows
 from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
@@ -91,7 +91,7 @@ async def encode(
 ) -> EncodeOutcome:
     """``dimensions`` (the OpenAI route's field) is checked once the model is
     loaded, when its width is known."""
-    _, path_profile, record, worker = ready_for(registry, model, "encode")
+    _, path_profile, record, engine = ready_for(registry, model, "encode")
     # Read what the response needs now: the model may be evicted while the request waits.
     adapter = record.adapter
     assert adapter is not None
@@ -118,7 +118,7 @@ async def encode(
     timing = Timing(started=ctx.started)
     lane = await lane_of(options, record)
     outputs, prepared = await run_task(
-        record, worker, task, ctx, timing, lane, _with_images(raw_images, limits.images.max_pixels)
+        record, engine, task, ctx, timing, lane, _with_images(raw_images, limits.images.max_pixels)
     )
 
     post_start = time.perf_counter()
@@ -144,7 +144,7 @@ async def encode(
     return EncodeOutcome(payload, timing, dense_vectors, prepared.input_tokens)
 
 
-def _with_images(raw: Sequence[Sequence[RawImage]], max_pixels: int) -> Completion | None:
+def _with_images(raw: Sequence[Sequence[RawImage]], max_pixels: int) -> DeferredDecode | None:
     """Decode the request's images in the prep thread, into the task (None: it has none)."""
     if not any(raw):
         return None

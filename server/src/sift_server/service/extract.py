@@ -44,12 +44,12 @@ def _shape(result: dict[str, Any], item_id: str) -> dict[str, Any]:
 
 
 async def extract(registry: Registry, model: str, body: ExtractBody, limits: Limits, ctx: RequestContext) -> Outcome:
-    name, path_profile, record, worker = ready_for(registry, model, "extract")
+    name, path_profile, record, engine = ready_for(registry, model, "extract")
     params = body.params
     options = dict(params.options or {}) if params else {}
     check_profile(options, path_profile)
     if "document" in record_of(record.spec.adapter).inputs:
-        return await extract_documents(model, record, worker, body.items, options, ctx)
+        return await extract_documents(model, record, engine, body.items, options, ctx)
     reject_documents(body.items, name)
     output_schema = params.output_schema if params is not None else None
     if output_schema is not None and not record_of(record.spec.adapter).structured_extract:
@@ -69,7 +69,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
         output_schema=output_schema,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record, wait=True))
+    outputs, prepared = await run_task(record, engine, task, ctx, timing, await lane_of(options, record, wait=True))
 
     post_start = time.perf_counter()
     assert body.items is not None

@@ -18,7 +18,7 @@ from sift_server.errors import ShuttingDown
 OFFLOAD_CHARS = 4_096
 
 # Turns a task into the one ``prepare`` reads, in the prep thread (images are decoded there).
-Completion = Callable[[TaskInput], TaskInput]
+DeferredDecode = Callable[[TaskInput], TaskInput]
 
 
 def task_chars(task: TaskInput) -> int:
@@ -31,7 +31,7 @@ def task_chars(task: TaskInput) -> int:
     return sum(len(text) for text in task.texts) + shared * len(task.texts)
 
 
-def _complete_and_prepare(adapter: Adapter, task: TaskInput, complete: Completion | None) -> Prepared:
+def _complete_and_prepare(adapter: Adapter, task: TaskInput, complete: DeferredDecode | None) -> Prepared:
     return adapter.prepare(complete(task) if complete is not None else task)
 
 
@@ -46,7 +46,7 @@ class PrepThread:
         self._held = 0  # preparations submitted and not finished
         self._closed = False
 
-    async def prepare(self, adapter: Adapter, task: TaskInput, complete: Completion | None = None) -> Prepared:
+    async def prepare(self, adapter: Adapter, task: TaskInput, complete: DeferredDecode | None = None) -> Prepared:
         """``adapter.prepare`` on the loop when small and the thread is idle, else in
         the thread; always in the thread when the task is to be completed first
         (decoding images never runs on the loop)."""

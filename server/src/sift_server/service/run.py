@@ -1,4 +1,4 @@
-"""Prepare a request through its adapter and run it on the model's worker."""
+"""Prepare a request through its adapter and run it on the model's engine."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 from sift_server.adapters.base import Prepared, TaskInput
 from sift_server.engine.ingress import IngressTicket
-from sift_server.engine.worker import ModelWorker
+from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import RequestCancelled
 from sift_server.registry.registry import ModelRecord
-from sift_server.service.prep import Completion, PrepThread
+from sift_server.service.prep import DeferredDecode, PrepThread
 from sift_server.service.timing import Timing
 
 
@@ -40,19 +40,19 @@ class Outcome:
 
 async def run_task(
     record: ModelRecord,
-    worker: ModelWorker,
+    engine: ModelEngine,
     task: TaskInput,
     ctx: RequestContext,
     timing: Timing,
     lane: str | None,
-    complete: Completion | None = None,
+    complete: DeferredDecode | None = None,
 ) -> tuple[list[Any], Prepared]:
     assert record.adapter is not None
     tokenize_start = time.perf_counter()
     prepared = await ctx.prep.prepare(record.adapter, task, complete)
     prepared.lane = lane
     timing.tokenization_s = time.perf_counter() - tokenize_start
-    ticket = worker.submit(prepared, request_id=ctx.request_id, lane=lane, ingress=ctx.ingress)
+    ticket = engine.submit(prepared, request_id=ctx.request_id, lane=lane, ingress=ctx.ingress)
     if ctx.disconnected is None:
         outputs = await ticket.future
     else:

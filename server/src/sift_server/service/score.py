@@ -31,7 +31,7 @@ MAX_CANDIDATES = 1000
 
 
 async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits, ctx: RequestContext) -> Outcome:
-    name, path_profile, record, worker = ready_for(registry, model, "score")
+    name, path_profile, record, engine = ready_for(registry, model, "score")
     if body.query is None:
         raise InvalidInput("Field 'query' is required.")
     options = dict(body.options or {})
@@ -54,7 +54,7 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, worker, task, ctx, timing, await lane_of(options, record, wait=True))
+    outputs, prepared = await run_task(record, engine, task, ctx, timing, await lane_of(options, record, wait=True))
 
     post_start = time.perf_counter()
     assert body.items is not None

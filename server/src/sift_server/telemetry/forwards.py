@@ -1,6 +1,6 @@
 """One span per forward, linked to the request spans it carried, and each
 request's queue wait on its request span: an engine observer
-(``ModelWorker(observers=...)``), called on the event loop after each forward."""
+(``ModelEngine(observers=...)``), called on the event loop after each forward."""
 
 from __future__ import annotations
 
