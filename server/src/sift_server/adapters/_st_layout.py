@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sift_server.adapters._refusal import UnservableModel
+from sift_server.adapters.repository_code import PinnedCode, check_repository_code
 
 # sentence-transformers' Pooling config keys and the mode each one names.
 POOLING_KEYS = {
@@ -59,7 +60,11 @@ class FolderLayout:
     is_decoder: bool = False
     hidden_size: int | None = None
     # config.json's auto_map: the architecture is repository code (trust_remote_code).
-    repository_code: bool = False
+    auto_map: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def repository_code(self) -> bool:
+        return bool(self.auto_map)
 
     def fail(self, adapter: str, reason: str, hint: str = "") -> UnservableModel:
         text = f"{adapter} cannot serve {self.folder} exactly: {reason}"
@@ -117,13 +122,16 @@ def read_layout(folder: Path) -> FolderLayout:
         model_type=str(config.get("model_type") or ""),
         is_decoder=_is_decoder(config),
         hidden_size=int(hidden) if isinstance(hidden, int) else None,
-        repository_code=bool(config.get("auto_map")),
+        auto_map=dict(config.get("auto_map") or {}),
     )
 
 
-def check_common(layout: FolderLayout, adapter: str, allowed_modules: tuple[str, ...]) -> None:
+def check_common(
+    layout: FolderLayout, adapter: str, allowed_modules: tuple[str, ...], pinned: PinnedCode | None = None
+) -> None:
     """What both embedders refuse alike: modules beyond ``allowed_modules`` (in that
-    order), a transformer in a subfolder, lower-casing, a default prompt, and more
+    order), repository code the entry does not pin (``pinned``: None where the adapter
+    never runs it), a transformer in a subfolder, lower-casing, a default prompt, and more
     than one pooling mode (sentence-transformers concatenates them)."""
     if layout.modules:
         expected = allowed_modules[: len(layout.modules)]
@@ -132,11 +140,14 @@ def check_common(layout: FolderLayout, adapter: str, allowed_modules: tuple[str,
                 adapter,
                 f"its module stack is {list(layout.modules)}; this adapter runs {list(allowed_modules)} in that order",
             )
-    if layout.repository_code:
+    if layout.repository_code and pinned is None:
         # transformers' own class for its model_type would load instead, and answer otherwise.
         raise layout.fail(
-            adapter, "its config.json maps the architecture to repository code (auto_map), which Sift does not run"
+            adapter,
+            "its config.json maps the architecture to repository code (auto_map), which this adapter does not run",
         )
+    if layout.repository_code and pinned is not None:
+        check_repository_code(layout.folder, adapter, layout.auto_map, pinned)
     if layout.transformer_path not in ("", "."):
         raise layout.fail(adapter, f"its transformer lives in the subfolder {layout.transformer_path!r}")
     if layout.do_lower_case:

@@ -138,6 +138,9 @@ class LoadContext:
     rechoose_backend: bool = False
     # Open ``auto``'s recorded decision or raise ``backends.NotDecided``; never decide here.
     recorded_only: bool = False
+    # The entry's pinned repository code (file -> SHA-256; adapters/repository_code.py):
+    # empty, the folder's own Python is never run.
+    repository_code: Mapping[str, str] = field(default_factory=dict)
 
 
 class Adapter(abc.ABC):

@@ -41,6 +41,9 @@ class AdapterRecord:
     # request time what a request needs that the folder lacks (docling: office, HTML
     # and Markdown convert without weights; PDFs and images need layout and OCR models).
     weights_optional: bool = False
+    # Whether an entry may pin its folder's own Python (``repository_code``) for this
+    # adapter to run (adapters/repository_code.py); the others refuse ``auto_map`` folders.
+    repository_code: bool = False
 
     def __post_init__(self) -> None:
         module, _, attribute = self.target.partition(":")
@@ -77,6 +80,7 @@ _RECORDS: dict[str, AdapterRecord] = {
             tasks=frozenset({"encode"}),
             encode_outputs=("dense",),
             backends=_ANY_RUNTIME,
+            repository_code=True,
         ),
         AdapterRecord(
             name="cross-encoder",

@@ -27,6 +27,7 @@ from sift_server.adapters.backends.runners import TorchRunner
 from sift_server.adapters.backends.seam import Graph, Runner
 from sift_server.adapters.backends.select import COSINE, may_run_torch, select
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
+from sift_server.adapters.repository_code import PinnedCode
 from sift_server.errors import InputTooLong, InvalidInput
 from sift_server.forward_io import split_by_parts
 
@@ -39,10 +40,11 @@ Pooling = Literal["mean", "cls", "max"]
 ADAPTER = "sentence-embedder"
 
 
-def _served_pooling(layout: FolderLayout, requested: object) -> Pooling:
+def _served_pooling(layout: FolderLayout, requested: object, pinned: PinnedCode) -> Pooling:
     """The folder's own pooling mode (refused when this adapter does not compute it, or
-    when the entry asks for another); the entry's ``pooling`` only where the folder names none."""
-    check_common(layout, ADAPTER, ("Transformer", "Pooling", "Normalize"))
+    when the entry asks for another); the entry's ``pooling`` only where the folder names none.
+    Repository code runs only as ``pinned`` (adapters/repository_code.py)."""
+    check_common(layout, ADAPTER, ("Transformer", "Pooling", "Normalize"), pinned)
     folder_mode = layout.pooling_modes[0] if layout.pooling_modes else None
     if folder_mode is not None and folder_mode not in ("mean", "cls", "max"):
         hint = "Use adapter: decoder-embedder." if folder_mode == "lasttoken" else ""
@@ -72,6 +74,11 @@ class _HiddenStates(Graph):
     inputs = ("input_ids", "attention_mask")
     output = "last_hidden_state"
 
+    def __init__(self, folder: Path, *, repository_code: bool = False) -> None:
+        super().__init__(folder)
+        # Checked against the entry's pins before this graph is built (_served_pooling).
+        self.repository_code = repository_code
+
     def build_module(self) -> torch.nn.Module:
         import torch
         from transformers import AutoModel
@@ -85,7 +92,9 @@ class _HiddenStates(Graph):
                 hidden: torch.Tensor = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
                 return hidden
 
-        return Module(AutoModel.from_pretrained(self.folder, local_files_only=True))
+        return Module(
+            AutoModel.from_pretrained(self.folder, local_files_only=True, trust_remote_code=self.repository_code)
+        )
 
 
 class SentenceEmbedderAdapter(LoraHost, Adapter):
@@ -133,7 +142,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         folder = ctx.path
         options = ctx.options
         layout = read_layout(folder)
-        pooling = _served_pooling(layout, options.get("pooling"))
+        pooling = _served_pooling(layout, options.get("pooling"), ctx.repository_code)
         # The folder's own prompts are the defaults, as sentence-transformers' encode_query and
         # encode_document (and the reference server) apply them; the entry's prefixes win.
         query_prefix = str(options.get("query_prefix", layout.prompts.get("query", "")))
@@ -155,7 +164,7 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
 
         runner, runtime = select(
             ctx,
-            _HiddenStates(folder),
+            _HiddenStates(folder, repository_code=layout.repository_code),
             evaluate,
             COSINE,
             open_runner,

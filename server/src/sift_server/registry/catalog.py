@@ -93,6 +93,9 @@ class ModelSpec(BaseModel):
     loras: dict[str, LoraSource] = Field(default_factory=dict)
     # At most this many LoRAs stay loaded; the least recently used one is dropped.
     max_loaded_loras: int = Field(default=4, ge=1)
+    # The folder's own Python files (auto_map architectures) the operator has read and
+    # allows to run, each with its SHA-256 (adapters/repository_code.py); empty: never run.
+    repository_code: dict[str, str] = Field(default_factory=dict)
     description: str = ""
     file: Path | None = None
 
@@ -110,7 +113,21 @@ class ModelSpec(BaseModel):
         if self.backend != "auto" and self.backend not in record.backends:
             raise ValueError(f"adapter {self.adapter} runs on {', '.join(sorted(record.backends))}, not {self.backend}")
         check_pair(self.backend, self.precision)
+        if self.repository_code:
+            self._check_repository_code(record.repository_code)
         return self
+
+    def _check_repository_code(self, allowed: bool) -> None:
+        if not allowed:
+            raise ValueError(f"adapter {self.adapter} does not run repository code; only sentence-embedder does")
+        if self.source.hf is not None and not self.source.revision:
+            raise ValueError("repository code from a hub source needs source.revision (a pinned commit)")
+        if self.backend not in ("auto", "torch"):
+            raise ValueError(f"repository code runs on torch, not {self.backend}")
+        for name, digest in self.repository_code.items():
+            if len(digest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digest):
+                raise ValueError(f"repository_code[{name!r}] must be a SHA-256 hex digest (64 hex digits)")
+        return None
 
 
 def resolve_local_path(spec: ModelSpec) -> Path | None:

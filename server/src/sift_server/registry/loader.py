@@ -69,6 +69,7 @@ def load_plan(spec: ModelSpec, backend_override: str | None = None) -> LoadPlan:
         spec.precision,
         override=split_backend(backend_override),
         loras=bool(spec.loras),
+        repository_code=bool(spec.repository_code),
         runs_on=record_of(spec.adapter).backends,
     )
 
@@ -103,6 +104,7 @@ def load_adapter(
         tolerance=spec.tolerance,
         rechoose_backend=rechoose_backend,
         cache_dir=cache_dir,
+        repository_code=spec.repository_code,
     )
     adapter_type = adapter_class(spec.adapter)
     lean = plan.may_run_torch and adapter_type.transformers_models

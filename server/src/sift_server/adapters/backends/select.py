@@ -64,6 +64,7 @@ def plan_load(
     override: tuple[str | None, str | None],
     loras: bool,
     runs_on: Collection[str],
+    repository_code: bool = False,
 ) -> LoadPlan:
     """The plan for an entry asking for ``backend``/``precision``.
 
@@ -71,13 +72,17 @@ def plan_load(
     leaves nothing to decide in the background. LoRA layers are injected into
     the PyTorch model: an entry with LoRAs runs on the reference. An ``auto``
     entry of an adapter that runs on more than one runtime (``runs_on``, its
-    record's ``backends``) serves on the reference first."""
+    record's ``backends``) serves on the reference first. Pinned repository code runs on
+    the reference too: an export would trace code Sift has not checked it can trace."""
     overridden = override[0] is not None
     if override[0] is not None:
         backend, precision = override[0], override[1]
     note = None
     if loras and (backend, precision) != (REFERENCE.backend, REFERENCE.precision):
         note = f"it has LoRA adapters: it runs on {REFERENCE.backend} {REFERENCE.precision}, not {backend}"
+        backend, precision = REFERENCE.backend, REFERENCE.precision
+    elif repository_code and (backend, precision) != (REFERENCE.backend, REFERENCE.precision):
+        note = f"it runs pinned repository code: it runs on {REFERENCE.backend} {REFERENCE.precision}, not {backend}"
         backend, precision = REFERENCE.backend, REFERENCE.precision
     decides = not overridden and backend == "auto" and len(set(runs_on)) > 1
     return LoadPlan(backend, precision, REFERENCE if decides else None, note)
