@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from sift_server.engine.batch_queue import Caps
-from sift_server.registry.calibrate import Curve, load_caps
+from sift_server.registry.calibrate import Curve, CurveRecords, load_caps
+from sift_server.registry.catalog import ModelSpec, load_spec
 
 
 def curve(rates: dict[int, float]) -> Curve:
@@ -75,3 +81,110 @@ def test_a_drop_that_the_second_pass_confirms_still_caps() -> None:
     assert measured is not None and measured.best_size == 16
     assert adapter.calls[32] == 1 + 3 + 3  # untimed, first pass, confirmation
     assert load_caps(measured, Caps()) == Caps(max_requests=64, max_cost=16 * 16)
+
+
+def _spec(tmp_path: Path, backend: str = "auto") -> ModelSpec:
+    path = tmp_path / "m.yaml"
+    path.write_text(f"name: m\nadapter: sentence-embedder\nsource: {{path: m}}\ntasks: [encode]\nbackend: {backend}\n")
+    return load_spec(path)
+
+
+class _Recording:
+    """``calibrate.measure`` replaced: counts its calls and answers a fixed curve."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, adapter: object) -> Curve:
+        self.calls += 1
+        return curve({1: 40.0 + self.calls, 8: 100.0, 32: 90.0})
+
+
+def _encoder(runtime: dict[str, object]) -> Any:
+    from sift_server.adapters.base import AdapterInfo
+
+    class Encoder:
+        info = AdapterInfo(tasks=frozenset({"encode"}), runtime=runtime)
+
+    return Encoder()
+
+
+def test_a_curve_is_measured_once_and_read_back_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sift_server.registry import calibrate
+
+    measured = _Recording()
+    monkeypatch.setattr(calibrate, "measure", measured)
+    spec, encoder = _spec(tmp_path), _encoder({"backend": "openvino", "precision": "bf16", "selected_by": "auto"})
+    first = CurveRecords(tmp_path / "cache").curve(spec, encoder)
+    # The next start: the same entry and runtime, chosen from the record this time.
+    again = _encoder({"backend": "openvino", "precision": "bf16", "selected_by": "auto (recorded)"})
+    second = CurveRecords(tmp_path / "cache").curve(spec, again)
+    assert measured.calls == 1
+    assert first == second
+
+
+def test_another_runtime_or_entry_is_measured_anew_and_remeasure_replaces_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sift_server.registry import calibrate
+
+    measured = _Recording()
+    monkeypatch.setattr(calibrate, "measure", measured)
+    records = CurveRecords(tmp_path / "cache")
+    records.curve(_spec(tmp_path), _encoder({"backend": "openvino", "precision": "bf16"}))
+    records.curve(_spec(tmp_path), _encoder({"backend": "torch", "precision": "fp32"}))
+    records.curve(_spec(tmp_path, "torch"), _encoder({"backend": "torch", "precision": "fp32"}))
+    assert measured.calls == 3
+    fresh = CurveRecords(tmp_path / "cache", remeasure=True).curve(
+        _spec(tmp_path), _encoder({"backend": "openvino", "precision": "bf16"})
+    )
+    assert measured.calls == 4
+    assert records.curve(_spec(tmp_path), _encoder({"backend": "openvino", "precision": "bf16"})) == fresh
+    assert measured.calls == 4
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_measured_curve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sift_server.registry import calibrate
+
+    monkeypatch.setattr(calibrate, "measure", _Recording())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "curves").write_text("a file where the folder goes: every write fails, for root too")
+    got = CurveRecords(cache).curve(_spec(tmp_path), _encoder({"backend": "torch"}))
+    assert got is not None
+    assert "could not record the forward curve" in caplog.text
+
+
+def test_models_that_do_not_encode_have_no_curve(tmp_path: Path) -> None:
+    from sift_server.adapters.base import AdapterInfo
+
+    class Scorer:
+        info = AdapterInfo(tasks=frozenset({"score"}))
+
+    assert CurveRecords(tmp_path).curve(_spec(tmp_path), Scorer()) is None  # type: ignore[arg-type]
+
+
+def test_preparing_a_model_records_its_curve_for_the_server(tmp_path: Path) -> None:
+    """``sift models prepare`` and the deciding child: the next start reads the curve."""
+    from sift_server.registry.deciding import prepare
+    from sift_server.registry.loader import load_adapter
+    from tests.fixtures.tiny_embedder import build_tiny_embedder
+
+    folder = build_tiny_embedder(tmp_path / "model")
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"name: m\nadapter: sentence-embedder\nsource: {{path: {folder}}}\ntasks: [encode]\nbackend: torch\n"
+    )
+    spec = load_spec(path)
+    prepare(spec, calibrate=True, torch_threads=1, cache_dir=tmp_path / "cache")
+    adapter = load_adapter(spec, 1, cache_dir=tmp_path / "cache")
+    try:
+        recorded = CurveRecords(tmp_path / "cache").recorded(spec, adapter)
+    finally:
+        adapter.close()
+    assert recorded is not None
+    assert sorted(recorded.seconds) == [1, 2, 4, 8, 16, 32]

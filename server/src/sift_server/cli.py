@@ -127,6 +127,7 @@ def _prepare(args: argparse.Namespace) -> int:
                 backend_override=settings.backend,
                 rechoose_backend=settings.rechoose_backend,
                 cache_dir=settings.cache_dir,
+                calibrate=settings.calibrate,
             )
         except Exception as exc:  # one model failing must not stop the others
             failed += 1

@@ -19,7 +19,7 @@ from sift_server.engine.policy import make_policy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.engine.trace import JsonlTrace, TraceSink
 from sift_server.metrics import Metrics
-from sift_server.registry.calibrate import Curve, load_caps
+from sift_server.registry.calibrate import Curve, CurveRecords, load_caps
 from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.deciding import ChildDecisions
 from sift_server.registry.loader import load_adapter
@@ -77,7 +77,7 @@ def build_state(
             rechoose_backend=settings.rechoose_backend,
             cache_dir=settings.cache_dir,
         ),
-        calibrate=settings.calibrate,
+        calibration=CurveRecords(settings.cache_dir, settings.rechoose_backend).curve if settings.calibrate else None,
         recent_use_s=settings.evict_idle_s,
         backend_override=settings.backend,
         # A loader given (tests) decides in a thread with it; the real one, in a child process.
@@ -88,6 +88,7 @@ def build_state(
             backend_override=settings.backend,
             rechoose_backend=settings.rechoose_backend,
             cache_dir=settings.cache_dir,
+            calibrate=settings.calibrate,
         ),
     )
     metrics.watch_models(registry.model_states)

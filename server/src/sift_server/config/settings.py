@@ -116,7 +116,11 @@ class EngineSettings(BaseModel):
     )
     queue_timeout_s: float = setting(_SCHEDULER.queue_timeout, "A request queued longer gets 503 QUEUE_FULL.", gt=0)
     # Adds about a second to a load; under sustained load batches are capped at the efficient size.
-    calibrate: bool = setting(True, "Measure each embedder's forward-time curve after load (--no-calibrate: skip).")
+    calibrate: bool = setting(
+        True,
+        "Measure each embedder's forward-time curve after load, once per entry, runtime and machine "
+        "(recorded in the artifact cache; --no-calibrate: skip).",
+    )
     torch_threads: int = setting(0, "Intra-op threads per forward (0: one per available core).", ge=0)
     backend: str | None = setting(
         None, "Run every model on this backend, overriding the catalog: BACKEND[:PRECISION], e.g. onnx:int8."

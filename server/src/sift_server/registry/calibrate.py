@@ -11,12 +11,23 @@ whether holding for a returning wave pays).
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sift_server.adapters.base import Adapter, EncodeTask, Part
 from sift_server.engine.batch_queue import Caps
+
+if TYPE_CHECKING:
+    from sift_server.registry.catalog import ModelSpec
+
+log = logging.getLogger(__name__)
 
 PROBE_TEXT = "A short sentence of about the length of a search query or a title."
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -94,3 +105,89 @@ def load_caps(curve: Curve | None, caps: Caps) -> Caps | None:
     if curve is None or curve.best_size >= max(curve.seconds):
         return None
     return Caps(max_requests=caps.max_requests, max_cost=min(caps.max_cost, curve.best_size * curve.tokens_per_item))
+
+
+# A recorded curve is the measure of one catalog entry on one runtime, machine and set of
+# library versions; the figures of the runtime description that vary from start to start
+# (how it was chosen, when, its probe timings) are not part of what was measured.
+_UNMEASURED = frozenset({"selected_by", "measured", "timing", "decided_at", "call_cost_tokens"})
+CURVE_FORMAT = 1
+
+
+def curve_key(spec: ModelSpec, runtime: Mapping[str, Any]) -> str:
+    from sift_server.adapters.backends import artifacts
+    from sift_server.adapters.backends.report import cpu_signature
+
+    return artifacts.artifact_key(
+        {
+            "curve": CURVE_FORMAT,
+            "entry": spec.model_dump(mode="json", exclude={"file", "description"}),
+            "runtime": {k: v for k, v in sorted(runtime.items()) if k not in _UNMEASURED},
+            "cpu": cpu_signature(),
+            "versions": artifacts.library_versions(),
+            "probe": [PROBE_TEXT, list(SIZES)],
+        }
+    )
+
+
+def _as_curve(data: object) -> Curve | None:
+    if not isinstance(data, dict):
+        return None
+    seconds, tokens = data.get("seconds"), data.get("tokens_per_item")
+    if not isinstance(seconds, dict) or not isinstance(tokens, int) or not seconds:
+        return None
+    try:
+        return Curve({int(n): float(t) for n, t in seconds.items()}, tokens)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(slots=True)
+class CurveRecords:
+    """Curves measured once and kept in the artifact cache (``curves/<key>.json``), so a
+    later start of the same entry on the same runtime and machine skips the timing
+    forwards (2–3 s of a start). ``remeasure`` (``SIFT_RECHOOSE_BACKEND``, which decides
+    the backend again) measures anew and replaces the record."""
+
+    cache_dir: Path | None = None
+    remeasure: bool = False
+
+    def _path(self, spec: ModelSpec, adapter: Adapter) -> Path:
+        from sift_server.adapters.backends import artifacts
+
+        return artifacts.usable_cache_dir(self.cache_dir) / "curves" / f"{curve_key(spec, adapter.info.runtime)}.json"
+
+    def recorded(self, spec: ModelSpec, adapter: Adapter) -> Curve | None:
+        path = self._path(spec, adapter)
+        try:
+            return _as_curve(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None
+
+    def record(self, spec: ModelSpec, adapter: Adapter, curve: Curve) -> None:
+        path = self._path(spec, adapter)
+        text = json.dumps(
+            {"seconds": {str(n): t for n, t in curve.seconds.items()}, "tokens_per_item": curve.tokens_per_item}
+        )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".curve-", delete=False) as handle:
+                handle.write(text)
+            os.replace(handle.name, path)
+        except OSError as exc:  # a full or read-only cache: this start measured, the next one will too
+            log.warning("could not record the forward curve of %s in %s: %s", spec.name, path.parent, exc)
+
+    def curve(self, spec: ModelSpec, adapter: Adapter) -> Curve | None:
+        """The recorded curve of ``spec`` on ``adapter``'s runtime, else one measured now
+        (and recorded). None for adapters that do not encode."""
+        if "encode" not in adapter.info.tasks:
+            return None
+        if not self.remeasure:
+            found = self.recorded(spec, adapter)
+            if found is not None:
+                log.info("model %s: forward curve recorded earlier (SIFT_RECHOOSE_BACKEND=1 measures again)", spec.name)
+                return found
+        measured = measure(adapter)
+        if measured is not None:
+            self.record(spec, adapter, measured)
+        return measured

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sift_server.adapters.base import Adapter
+from sift_server.registry.calibrate import CurveRecords
 from sift_server.registry.catalog import ModelSpec
 from sift_server.registry.loader import load_adapter, load_recorded
 
@@ -53,6 +54,9 @@ class ChildDecisions:
     backend_override: str | None = None
     rechoose_backend: bool = False
     cache_dir: Path | None = None
+    # Whether the child also measures the chosen runtime's forward curve (calibrate.CurveRecords)
+    # for the next start to reuse.
+    calibrate: bool = False
     # The child's command line before its JSON argument (tests replace it).
     command: Sequence[str] = CHILD
     # Models whose decision this process asked for already: ``rechoose`` holds once.
@@ -73,6 +77,7 @@ class ChildDecisions:
             "backend_override": self.backend_override,
             "rechoose_backend": self.rechoose_backend and spec.name not in self._decided,
             "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
+            "calibrate": self.calibrate,
             "parent": os.getpid(),
         }
         child = await asyncio.create_subprocess_exec(*self.command, json.dumps(job), stdin=asyncio.subprocess.DEVNULL)
@@ -92,11 +97,15 @@ class ChildDecisions:
         return adapter
 
 
-def prepare(spec: ModelSpec, **settings: Any) -> dict[str, Any]:
+def prepare(spec: ModelSpec, *, calibrate: bool = False, **settings: Any) -> dict[str, Any]:
     """Load ``spec`` as the server would (exporting and deciding where nothing is
-    recorded), release it and return its runtime description."""
+    recorded), with ``calibrate`` measure and record its forward curve on the chosen
+    runtime (the server's next start reads both), release it and return its runtime
+    description."""
     adapter = load_adapter(spec, **settings)
     try:
+        if calibrate:
+            CurveRecords(settings.get("cache_dir"), bool(settings.get("rechoose_backend"))).curve(spec, adapter)
         return dict(adapter.info.runtime)
     finally:
         adapter.close()
@@ -128,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend_override=job.get("backend_override"),
         rechoose_backend=bool(job.get("rechoose_backend")),
         cache_dir=None if cache_dir is None else Path(cache_dir),
+        calibrate=bool(job.get("calibrate")),
     )
     log.info("model %s: decided %s %s", spec.name, runtime.get("backend"), runtime.get("precision"))
     return 0

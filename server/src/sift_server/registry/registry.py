@@ -20,7 +20,6 @@ from sift_server.adapters.base import Adapter
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
-from sift_server.registry import calibrate as calibration
 from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS, Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
@@ -112,13 +111,14 @@ class Registry:
         memory_budget_bytes: int,
         loader: AdapterLoader = load_adapter,
         clock: Callable[[], float] = time.monotonic,
-        calibrate: bool = False,
+        calibration: Callable[[ModelSpec, Adapter], Curve | None] | None = None,
         recent_use_s: float = RECENT_USE_S,
         decide_in_background: bool = True,
         backend_override: str | None = None,
         decisions: Decisions | None = None,
     ) -> None:
-        self.calibrate = calibrate
+        # The forward curve of a loaded model (calibrate.CurveRecords.curve); None: no curve.
+        self.calibration = calibration
         # The backend setting: every entry loads on it, so none decides in the background.
         self.backend_override = backend_override
         # auto entries serve on the reference at once and switch when the decision is made.
@@ -244,8 +244,8 @@ class Registry:
         record.adapter = adapter
         record.loras = LoraSet(spec, adapter, self._clock)
         record.memory_bytes = record.known_bytes = adapter.memory_bytes()
-        if self.calibrate:
-            record.curve = await asyncio.to_thread(calibration.measure, adapter)
+        if self.calibration is not None:
+            record.curve = await asyncio.to_thread(self.calibration, spec, adapter)
         record.engine = self._engine_factory(spec, adapter, record.curve)
         record.engine.start()
         record.state = "loaded"
