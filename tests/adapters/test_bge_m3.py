@@ -108,6 +108,20 @@ def test_a_request_does_not_depend_on_what_shares_its_forward(adapter: BgeM3Adap
     np.testing.assert_allclose(both[1], recorded()["score"]["colbert"], atol=TOL, rtol=0)
 
 
+def test_only_the_outputs_asked_for_are_computed(adapter: BgeM3Adapter) -> None:
+    case = EMBED_CASES[0]
+    sparse_only = replace(encode_task(case), output_types=("sparse",))
+    dense_only = replace(encode_task(case), output_types=("dense",))
+    every = run(adapter, encode_task(case))[0]
+    both = run(adapter, sparse_only, dense_only)
+    assert all(set(item) == {"sparse"} for item in both[0])
+    assert all(set(item) == {"dense"} for item in both[1])
+    for alone, full in zip(both[0], every, strict=True):
+        np.testing.assert_array_equal(alone["sparse"].indices, full["sparse"].indices)
+    for alone, full in zip(both[1], every, strict=True):
+        np.testing.assert_allclose(alone["dense"], full["dense"], atol=TOL, rtol=0)
+
+
 def test_a_score_split_across_forwards_answers_the_same(adapter: BgeM3Adapter) -> None:
     case = SCORE_CASES[4]
     prepared = adapter.prepare(score_task(case))

@@ -16,8 +16,9 @@ the reference server compute them:
 
 ``options.normalize: false`` leaves dense and multivector unnormalized. An
 ``instruction`` is prepended as ``f"{instruction} {text}"`` (the reference's way).
-Every output is computed on every forward (the heads cost little beside the
-encoder), so requests asking for different outputs share a batch.
+The heads run per row for the outputs its request asked for (``output_types``; a
+score mode's), so requests asking for different outputs share a forward and a
+dense-only request never holds its tokens' vectors.
 
 ``score`` encodes the query and the candidates and combines them by
 ``options.score_mode`` (default ``dense``): ``dense`` (cosine), ``sparse`` (the sum of
@@ -125,10 +126,20 @@ def _normalized(x: np.ndarray) -> np.ndarray:
     return unit
 
 
+OUTPUTS = ("dense", "sparse", "multivector")
+# What each score mode compares.
+MODE_OUTPUTS: Mapping[str, frozenset[str]] = {
+    "dense": frozenset({"dense"}),
+    "sparse": frozenset({"sparse"}),
+    "colbert": frozenset({"multivector"}),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class EncodePayload:
     rows: list[list[int]]
     normalize: bool
+    outputs: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +231,7 @@ class BgeM3Adapter(Adapter):
         self.pad_id = tokenizer.pad_token_id
         self.info = AdapterInfo(
             tasks=frozenset({"encode", "score"}),
-            outputs=("dense", "sparse", "multivector"),
+            outputs=OUTPUTS,
             dims={"dense": hidden_size, "sparse": vocab_size, "multivector": int(heads.colbert_weight.shape[0])},
             max_sequence_length=max_length,
             runtime=runtime or runner.describe(),
@@ -245,7 +256,8 @@ class BgeM3Adapter(Adapter):
         def evaluate(runner: Runner) -> list[dict[str, Any]]:
             out: list[dict[str, Any]] = []
             for i in range(0, len(probe_rows), BATCH):
-                out.extend(_outputs(runner, heads, probe_rows[i : i + BATCH], pad_id, [True] * BATCH))
+                chunk = probe_rows[i : i + BATCH]
+            out.extend(_outputs(runner, heads, chunk, pad_id, [(True, frozenset(OUTPUTS))] * len(chunk)))
             return out
 
         runner, runtime = select(
@@ -301,7 +313,8 @@ class BgeM3Adapter(Adapter):
             normalize = self._normalize_option(task.options)
             rows = self._rows(task.texts, task.instruction, task.overflow)
             costs = [len(row) for row in rows]
-            return Prepared(costs, ("m3", "encode"), EncodePayload(rows, normalize), input_tokens=sum(costs))
+            outputs = frozenset(task.output_types or OUTPUTS)
+            return Prepared(costs, ("m3", "encode"), EncodePayload(rows, normalize, outputs), input_tokens=sum(costs))
         if isinstance(task, ScoreTask):
             if not task.texts:
                 raise InvalidInput("score needs at least one item")
@@ -311,8 +324,8 @@ class BgeM3Adapter(Adapter):
             costs = [len(row) for row in documents]
             input_tokens = sum(costs) + len(query)
             costs[0] += len(query)  # the query runs with the part that holds the first item
-            payload = ScorePayload(query, documents, mode, weights)
-            return Prepared(costs, ("m3", "score"), payload, input_tokens=input_tokens)
+            scored = ScorePayload(query, documents, mode, weights)
+            return Prepared(costs, ("m3", "score"), scored, input_tokens=input_tokens)
         raise InvalidInput("This model supports encode and score.")
 
     # ---- forward (executor thread) --------------------------------------
@@ -321,22 +334,24 @@ class BgeM3Adapter(Adapter):
         if isinstance(parts[0].prepared.payload, ScorePayload):
             return self._score(parts)
         rows: list[list[int]] = []
-        flags: list[bool] = []
+        wants: list[tuple[bool, frozenset[str]]] = []
         for part in parts:
             payload: EncodePayload = part.prepared.payload
             rows.extend(payload.rows[part.start : part.stop])
-            flags.extend([payload.normalize] * (part.stop - part.start))
-        outputs = _outputs(self.runner, self.heads, rows, self.pad_id, flags, self.call_cost_tokens)
+            wants.extend([(payload.normalize, payload.outputs)] * (part.stop - part.start))
+        outputs = _outputs(self.runner, self.heads, rows, self.pad_id, wants, self.call_cost_tokens)
         return split_by_parts(outputs, parts)
 
     def _score(self, parts: Sequence[Part]) -> list[list[Any]]:
         payloads: list[ScorePayload] = [part.prepared.payload for part in parts]
         rows: list[list[int]] = []
+        wants: list[tuple[bool, frozenset[str]]] = []
         for part, payload in zip(parts, payloads, strict=True):
             rows.append(payload.query)
             rows.extend(payload.documents[part.start : part.stop])
-        # Scores compare unit vectors (the reference normalizes again before it compares).
-        outputs = _outputs(self.runner, self.heads, rows, self.pad_id, [True] * len(rows), self.call_cost_tokens)
+            # Scores compare unit vectors (the reference normalizes again before it compares).
+            wants.extend([(True, _mode_outputs(payload.mode, payload.weights))] * (1 + part.stop - part.start))
+        outputs = _outputs(self.runner, self.heads, rows, self.pad_id, wants, self.call_cost_tokens)
         answers: list[list[Any]] = []
         at = 0
         for part, payload in zip(parts, payloads, strict=True):
@@ -358,12 +373,12 @@ def _outputs(
     heads: Heads,
     rows: Sequence[Sequence[int]],
     pad_id: int,
-    normalize: Sequence[bool],
+    wants: Sequence[tuple[bool, frozenset[str]]],
     call_cost_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Per row: its dense vector, sparse weights and token vectors (float32). A row's
-    outputs do not depend on its batch: padded positions are masked out of attention
-    and cut off before the heads."""
+    """Per row, the outputs ``wants`` names for it (whether to normalize, which of dense
+    vector, sparse weights and token vectors; float32). A row's outputs do not depend
+    on its batch: padded positions are masked out of attention and cut off before the heads."""
     input_ids, mask = pad_rows(rows, pad_id)
     width = input_ids.shape[1]
     feed = {"input_ids": input_ids, "attention_mask": mask}
@@ -380,14 +395,22 @@ def _outputs(
     out = []
     for i, row in enumerate(rows):
         states = hidden[i, : len(row)]
-        out.append(
-            {
-                "dense": heads.dense(states, normalize[i]),
-                "sparse": heads.sparse(states, input_ids[i, : len(row)]),
-                "multivector": heads.multivector(states, normalize[i]),
-            }
-        )
+        normalize, kinds = wants[i]
+        item: dict[str, Any] = {}
+        if "dense" in kinds:
+            item["dense"] = heads.dense(states, normalize)
+        if "sparse" in kinds:
+            item["sparse"] = heads.sparse(states, input_ids[i, : len(row)])
+        if "multivector" in kinds:
+            item["multivector"] = heads.multivector(states, normalize)
+        out.append(item)
     return out
+
+
+def _mode_outputs(mode: str, weights: Mapping[str, float]) -> frozenset[str]:
+    if mode != "hybrid":
+        return MODE_OUTPUTS[mode]
+    return frozenset().union(*(MODE_OUTPUTS[k] for k in DEFAULT_WEIGHTS if weights[k] > 0))
 
 
 def score_mode(options: Mapping[str, Any]) -> tuple[str, dict[str, float]]:
