@@ -209,3 +209,20 @@ def test_the_runtimes_answer_the_reference_too(folder: Path, tmp_path: Path, bac
         )
     (scores,) = run(adapter, score_task(SCORE_CASES[4]))
     np.testing.assert_allclose(scores, recorded()["score"]["hybrid"], atol=TOL, rtol=0)
+
+
+def test_auto_keeps_a_backend_only_when_all_three_outputs_agree() -> None:
+    from sift_server.adapters.bge_m3 import M3_AGREEMENT
+    from sift_server.adapters.sparse_encoder import SparseVector
+
+    def item(dense: list[float], ids: list[int], weights: list[float]) -> dict[str, Any]:
+        sparse = SparseVector(np.asarray(ids, dtype=np.int32), np.asarray(weights, dtype=np.float32))
+        return {"dense": np.asarray(dense), "multivector": np.asarray([dense, dense[::-1]]), "sparse": sparse}
+
+    agree = M3_AGREEMENT.rule(M3_AGREEMENT.default)
+    reference = [item([1.0, 0.0], [5, 7], [1.0, 0.5])]
+    assert agree([item([1.0, 1e-5], [5, 7], [1.0, 0.50001])], reference)[0]
+    assert not agree([item([1.0, 0.1], [5, 7], [1.0, 0.5])], reference)[0]  # dense and multivector drift
+    assert not agree([item([1.0, 0.0], [7, 5], [0.5, 1.0])], reference)[0]  # the ids' order changed
+    assert not agree([item([1.0, 0.0], [5], [1.0])], reference)[0]  # a weight crossed zero
+    assert not agree([item([1.0, 0.0], [5, 7], [1.0, 0.4])], reference)[0]  # a weight drifted
