@@ -17,11 +17,14 @@ import pytest
 from sift_server.cluster.local import LocalCluster
 from tests.adapters.parity.cases import GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL
 from tests.adapters.parity.decoder_cases import EMBEDDER, RERANKER, embedder_entry, reranker_entry
+from tests.adapters.parity.m3_cases import MODEL as M3_MODEL
+from tests.adapters.parity.m3_cases import entry as m3_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
 from tests.fixtures.tiny_decoder import build_tiny_qwen3_embedder, build_tiny_qwen3_reranker
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
+from tests.fixtures.tiny_m3 import build_tiny_m3
 from tests.fixtures.tiny_models import (
     build_tiny_cross_encoder,
     build_tiny_gliner,
@@ -38,7 +41,7 @@ PYTHON312 = Path(os.environ.get("SIFT_PYTHON312", Path.home() / ".pyenv/versions
 KEY = "s3cret"
 RERANK, NER = "tiny/reranker", "tiny/gliner"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
-CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER)
+CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER, M3_MODEL)
 EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL)
 
 
@@ -73,6 +76,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
+    entries["bge-m3"] = f"name: {M3_MODEL}\n" + m3_entry(str(build_tiny_m3(root / "m3")))
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

@@ -117,6 +117,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "colbert": ("multivector",),
         "clip": ("dense",),
         "decoder-embedder": ("dense",),
+        "bge-m3": ("dense", "sparse", "multivector"),
     }
     assert {n for n, r in RECORDS.items() if r.backends == {"torch"}} == {
         "clip",
@@ -135,6 +136,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("colbert", ["encode", "score"], ["text"], ["multivector", "score"]),
         ("sparse-encoder", ["encode"], ["text"], ["sparse"]),
         ("gliner2", ["extract"], ["text"], ["json"]),
+        ("bge-m3", ["encode", "score"], ["text"], ["dense", "sparse", "multivector", "score"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(

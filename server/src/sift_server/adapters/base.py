@@ -54,6 +54,10 @@ class EncodeTask:
     # whose ``AdapterInfo.inputs`` has "image". An item with images is encoded
     # as its images, its text ignored.
     images: Sequence[Sequence[Image]] = ()
+    # The outputs the request asked for (the service checked them against
+    # ``AdapterInfo.outputs``); empty: every output. An adapter with several may
+    # compute only these (BGE-M3); the service answers only these either way.
+    output_types: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,13 @@ _RECORDS: dict[str, AdapterRecord] = {
             tasks=frozenset({"score"}),
         ),
         AdapterRecord(
+            name="bge-m3",
+            target="sift_server.adapters.bge_m3:BgeM3Adapter",
+            tasks=frozenset({"encode", "score"}),
+            encode_outputs=("dense", "sparse", "multivector"),
+            backends=_ANY_RUNTIME,
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),

@@ -114,6 +114,7 @@ async def encode(
         instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
         overflow=overflow,
         options=options,
+        output_types=tuple(output_types),
     )
     timing = Timing(started=ctx.started)
     lane = await lane_of(options, record)
