@@ -380,9 +380,14 @@ class StreamWorker:
         that lost its store starts empty). Replies and acks sent during the break
         were buffered by the client and went out with the reconnect."""
         log.warning("worker %s: NATS connection back", self.worker_id)
+        self._rechecking = asyncio.ensure_future(self._pull_again())
+
+    async def _pull_again(self) -> None:
+        """Once the consumers exist (a pull request to a missing one goes nowhere and
+        would hold its slot until it expires), pull afresh."""
+        await self._ensure_consumers()
         for puller in self.pullers:
             puller.reconnected()
-        self._rechecking = asyncio.ensure_future(self._ensure_consumers())
 
     async def _ensure_consumers(self) -> None:
         if self.js is None:
