@@ -86,7 +86,9 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="sift-queue-faults-"))
     write_sleeper_entry(root / "catalog", MODEL, args.forward_ms)
-    os.environ.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).parents[1])})
+    # The repository (tests.*) ahead of the caller's path, which may name another checkout's sources.
+    path = [str(Path(__file__).parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
+    os.environ.update({"HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(path)})
     flags = ["--catalog", str(root / "catalog"), "--model", MODEL]
     cluster = start_local_cluster(2, [*flags, "--no-calibrate"], flags, folder=root / "cluster", launcher=LAUNCHER)
     load = ClosedLoop(cluster.url, MODEL, args.clients)
