@@ -1,6 +1,8 @@
 """The gateway's publish and wait, against a fake NATS connection (no processes):
 the stream's ack is not awaited before the reply, and a refusal, a missing
-stream or a missing ack still fails the request with 503 QUEUE_FULL."""
+stream or a missing ack still fails the request with 503 QUEUE_FULL. After a
+break in the connection, a request whose message the stream no longer holds is
+published again (cluster.resume), and one it holds is waited for."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from sift_server.cluster.codec import WorkReply, WorkRequest, pack_reply, unpack_request
 from sift_server.cluster.gateway_client import Gateway
@@ -38,6 +41,7 @@ class FakeNats:
     def __init__(self) -> None:
         self.published: list[tuple[str, bytes, str, dict[str, str]]] = []
         self.sent = asyncio.Event()
+        self.is_reconnecting = self.is_closed = self.is_draining = False
 
     async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
         self.published.append((subject, payload, reply, dict(headers or {})))
@@ -216,3 +220,113 @@ def test_only_the_routes_headers_are_forwarded_with_the_request_id() -> None:
         ("user-agent", "t\xe9st"),
     ]
     assert _forwarded(call, "rid-1")[-1] == ("x-request-id", "rid-1")
+
+
+class FakeStream:
+    """The stream's messages by sequence, as ``js.get_msg`` answers for them."""
+
+    def __init__(self, held: dict[int, str]) -> None:
+        self.held = held  # seq -> the message id stored there
+
+    async def get_msg(self, stream: str, seq: int) -> Any:
+        if seq not in self.held:
+            raise NotFoundError
+        return Msg(_client=None, subject="x", headers={MSG_ID_HEADER: self.held[seq]})  # type: ignore[arg-type]
+
+
+async def _break_and_resume(gateway: Gateway, nc: FakeNats, held: dict[int, str]) -> None:
+    gateway.js = FakeStream(held)  # type: ignore[assignment]
+    nc.sent.clear()
+    await gateway._on_disconnected()
+    await gateway._on_reconnected()
+    assert gateway._resuming is not None
+    await asyncio.wait_for(gateway._resuming, 2)
+
+
+def _republished(gateway: Gateway) -> float:
+    return gateway.republished._value.get()  # type: ignore[attr-defined,no-any-return]
+
+
+def test_after_a_break_a_request_gone_from_the_stream_is_published_again_and_answered_once() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, reply_to, request_id = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, STORED))
+        # Its worker replied while the gateway was away (the reply went to nobody) and
+        # acknowledged it: the stream no longer holds seq 7.
+        await _break_and_resume(gateway, nc, held={})
+        subject, payload, again_ack, headers = nc.published[-1]
+        assert len(nc.published) == 2 and _republished(gateway) == 1
+        assert (subject, payload, again_ack) == (work_subject(MODEL), nc.published[0][1], ack)
+        assert headers[REPLY_HEADER] == reply_to  # answered to the same waiting request
+        assert headers[MSG_ID_HEADER] != request_id  # the stream would drop the old id as a duplicate
+        await gateway._on_ack(_msg(ack, json.dumps({"stream": "SIFT_WORK", "seq": 9}).encode()))
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+        assert await asyncio.wait_for(call, 1) == REPLY
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))  # the first copy's, if it ran after all
+        assert _duplicates(gateway) == 1
+
+    asyncio.run(run())
+
+
+def test_after_a_break_a_request_the_stream_still_holds_is_waited_for() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, reply_to, request_id = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, STORED))
+        await _break_and_resume(gateway, nc, held={7: request_id})
+        assert len(nc.published) == 1 and _republished(gateway) == 0
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+        assert await asyncio.wait_for(call, 1) == REPLY
+
+    asyncio.run(run())
+
+
+def test_after_a_break_a_stream_recreated_empty_does_not_pass_for_ours() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, _, _ = await _published(gateway, nc)
+        await gateway._on_ack(_msg(ack, STORED))
+        # A server that lost its store numbers from 1 again: seq 7 is another request.
+        await _break_and_resume(gateway, nc, held={7: "someone-else"})
+        assert len(nc.published) == 2
+        call.cancel()
+
+    asyncio.run(run())
+
+
+def test_a_publish_unacknowledged_at_the_break_is_published_again_and_no_ack_timer_fires_meanwhile() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway(publish_timeout_s=0.3)
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        ack, reply_to, _ = await _published(gateway, nc)
+        nc.is_reconnecting = True  # the publish (or its ack) sits in a broken connection
+        await asyncio.sleep(0.6)  # two publish timeouts
+        assert not call.done()
+        nc.is_reconnecting = False
+        await _break_and_resume(gateway, nc, held={})
+        assert len(nc.published) == 2
+        await gateway._on_ack(_msg(ack, STORED))
+        await gateway._on_reply(_msg(reply_to, pack_reply(REPLY)))
+        assert await asyncio.wait_for(call, 1) == REPLY
+
+    asyncio.run(run())
+
+
+def test_a_request_published_after_the_break_is_left_alone() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        await gateway._on_disconnected()
+        call = asyncio.ensure_future(gateway.call(MODEL, WORK))
+        await _published(gateway, nc)  # buffered by the client, sent with the reconnect
+        gateway.js = FakeStream({})  # type: ignore[assignment]
+        await gateway._on_reconnected()
+        assert gateway._resuming is not None
+        await asyncio.wait_for(gateway._resuming, 2)
+        assert len(nc.published) == 1
+        call.cancel()
+
+    asyncio.run(run())

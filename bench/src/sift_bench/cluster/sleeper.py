@@ -17,22 +17,27 @@ from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, P
 
 SLEEPER_ADAPTER = "test-sleeper"
 DIMS = 4
+ALLOC_STEP_MB = 16
 
 
 class SleeperAdapter(Adapter):
     transformers_models = False  # no torch, no transformers: a worker starts in about a second
 
-    def __init__(self, sleep_s: float, marker_dir: Path | None) -> None:
+    def __init__(self, sleep_s: float, marker_dir: Path | None, alloc_mb: int = 0) -> None:
         self.info = AdapterInfo(tasks=frozenset({"encode"}), outputs=("dense",), dims={"dense": DIMS})
         self.sleep_s = sleep_s
         self.marker_dir = marker_dir
+        # Memory each forward takes (and touches) before it sleeps: a forward that
+        # outgrows its memory limit, for the OOM-kill test.
+        self.alloc_mb = alloc_mb
         self.forwards = 0
 
     @classmethod
     def load(cls, ctx: LoadContext) -> Adapter:
         marker = ctx.options.get("marker_dir")
         time.sleep(float(ctx.options.get("load_ms", 0)) / 1000)  # a model's load time, if asked for
-        return cls(float(ctx.options.get("sleep_ms", 50)) / 1000, Path(marker) if marker else None)
+        sleep_s = float(ctx.options.get("sleep_ms", 50)) / 1000
+        return cls(sleep_s, Path(marker) if marker else None, int(ctx.options.get("alloc_mb", 0)))
 
     def prepare(self, task: TaskInput) -> Prepared:
         texts = list(task.texts)
@@ -43,7 +48,9 @@ class SleeperAdapter(Adapter):
         if self.marker_dir is not None:
             self.marker_dir.mkdir(parents=True, exist_ok=True)
             (self.marker_dir / f"{os.getpid()}-{self.forwards}").write_text("")
+        taken = [bytearray(ALLOC_STEP_MB << 20) for _ in range(self.alloc_mb // ALLOC_STEP_MB)]  # zero-filled: touched
         time.sleep(self.sleep_s)
+        del taken
         out: list[list[Any]] = []
         for part in parts:
             texts = part.prepared.payload[part.start : part.stop]
@@ -67,7 +74,12 @@ def register() -> None:
 
 
 def write_sleeper_entry(
-    catalog_dir: Path, name: str, sleep_ms: float, marker_dir: Path | None = None, load_ms: float = 0
+    catalog_dir: Path,
+    name: str,
+    sleep_ms: float,
+    marker_dir: Path | None = None,
+    load_ms: float = 0,
+    alloc_mb: int = 0,
 ) -> Path:
     catalog_dir.mkdir(parents=True, exist_ok=True)
     weights = catalog_dir / "sleeper-weights"
@@ -86,6 +98,8 @@ def write_sleeper_entry(
         lines.append(f"  marker_dir: {marker_dir}")
     if load_ms:
         lines.append(f"  load_ms: {load_ms}")
+    if alloc_mb:
+        lines.append(f"  alloc_mb: {alloc_mb}")
     path = catalog_dir / (name.replace("/", "_") + ".yaml")
     path.write_text("\n".join(lines) + "\n")
     return path

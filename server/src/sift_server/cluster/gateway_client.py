@@ -32,6 +32,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from prometheus_client import Counter
 
@@ -40,10 +41,12 @@ from sift_server.cluster.codec import WorkReply, WorkRequest, pack_request, unpa
 from sift_server.cluster.hops import PUBLISHED_HEADER, stamp
 from sift_server.cluster.jetstream import ensure_consumers_exist, ensure_stream, heartbeat_bucket
 from sift_server.cluster.liveness import Heartbeats, consumer_has_worker
+from sift_server.cluster.resume import Resume, after_reconnect, republished_id
 from sift_server.cluster.subjects import (
     ACK_PREFIX,
     DEADLINE_HEADER,
     MSG_ID_HEADER,
+    RECONNECT_WAIT_S,
     REPLY_HEADER,
     REPLY_PREFIX,
     STREAM,
@@ -62,6 +65,8 @@ log = logging.getLogger(__name__)
 
 # At a drain, the requests still waiting are answered this long before the grace period ends.
 DRAIN_ANSWER_S = 0.1
+# After a reconnect, how long a reply already under way is given before its request is published again.
+REPLY_SETTLE_S = 0.1
 
 
 # Retry-After of a request that waited its whole timeout: soon when a worker serves the
@@ -106,10 +111,27 @@ class Waiting:
 
     future: asyncio.Future[WorkReply]
     model: str
+    # How to publish it again after a break in the connection (cluster.resume).
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    # The connection it was published on (Gateway.connection counts the breaks).
+    connection: int
     stamps: list[tuple[str, float]] | None = None
     acked: bool = False  # the stream answered its publish
+    seq: int | None = None  # where the stream stored it (from the stream's ack)
+    republished: int = 0
     # Fails the request if the stream has not answered its publish in time.
     ack_timer: asyncio.TimerHandle | None = None
+
+
+def stored_seq(msg: Msg) -> int | None:
+    """The stream sequence of a stored publish, from the stream's ack (None: none)."""
+    try:
+        seq = json.loads(msg.data).get("seq")
+    except (ValueError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) else None
 
 
 def ack_error(model: str, msg: Msg) -> SiftError | None:
@@ -156,10 +178,24 @@ class Gateway:
             "Publishes refused by the work stream (full)",
             registry=state.metrics.registry,
         )
+        self.republished = Counter(
+            "sift_gateway_republished",
+            "Requests published again after a break in the NATS connection (their reply may have been lost)",
+            registry=state.metrics.registry,
+        )
+        # Counts the connection's breaks: a request remembers the one it was published on.
+        self.connection = 0
+        self._resuming: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.nc = await nats.connect(
-            self.options.nats_url.split(","), name=f"sift-gateway-{self.gateway_id}", max_reconnect_attempts=-1
+            self.options.nats_url.split(","),
+            name=f"sift-gateway-{self.gateway_id}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=RECONNECT_WAIT_S,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+            error_cb=self._on_error,
         )
         self.js = self.nc.jetstream()
         await ensure_stream(self.js, self.options.limits)
@@ -177,8 +213,92 @@ class Gateway:
             async with asyncio.timeout(self.options.publish_timeout_s):
                 await synced.wait()
 
+    async def _on_error(self, exc: Exception) -> None:
+        # Each failed attempt to reconnect reports here: the break itself is logged once.
+        reconnecting = self.nc is not None and self.nc.is_reconnecting
+        log.log(logging.DEBUG if reconnecting else logging.WARNING, "NATS: %r", exc)
+
+    async def _on_disconnected(self) -> None:
+        self.connection += 1
+        if self.nc is not None and (self.nc.is_closed or self.nc.is_draining):
+            return  # our own stop
+        log.warning("NATS connection lost; reconnecting (requests are held meanwhile)")
+
+    async def _on_reconnected(self) -> None:
+        log.warning("NATS connection back")
+        if self._resuming is not None:
+            self._resuming.cancel()  # a break during the last resume: this one looks at everything again
+        self._resuming = asyncio.ensure_future(self._resume())
+
+    async def _resume(self) -> None:
+        """After a break: the stream and consumers are there again (a server that lost
+        its store starts empty), the heartbeat watch restarts, the publishes waiting
+        for their ack get a fresh ack timer, and each request published before the
+        break whose message the stream no longer holds is published again
+        (cluster.resume)."""
+        assert self.js is not None
+        connection = self.connection
+        try:
+            await ensure_stream(self.js, self.options.limits)
+            await ensure_consumers_exist(self.js, self.state.registry.catalog.names())
+            self.kv = await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
+        except Exception as exc:
+            log.warning("could not check the stream after the reconnect: %r", exc)
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = asyncio.ensure_future(self._watch_heartbeats(asyncio.Event()))
+        loop = asyncio.get_running_loop()
+        again: list[tuple[str, Waiting]] = []
+        for request_id, waiting in list(self.pending.items()):
+            if waiting.future.done():
+                continue
+            if not waiting.acked:
+                if waiting.ack_timer is not None:
+                    waiting.ack_timer.cancel()
+                waiting.ack_timer = loop.call_later(self.options.publish_timeout_s, self._ack_overdue, request_id)
+            if waiting.connection >= connection:
+                continue  # published since: its ack and reply come on this connection
+            stored = await self._still_stored(request_id, waiting)
+            if after_reconnect(stored, waiting.republished) is Resume.REPUBLISH:
+                again.append((request_id, waiting))
+        if again:
+            # A reply already on its way (its worker acked just now) lands first.
+            await asyncio.sleep(REPLY_SETTLE_S)
+        for request_id, waiting in again:
+            if not waiting.future.done():
+                await self._republish(request_id, waiting)
+
+    async def _still_stored(self, request_id: str, waiting: Waiting) -> bool | None:
+        """Whether the stream holds the request's message (None: it cannot be asked now)."""
+        if waiting.seq is None:
+            return False  # no ack seen: stored or not, it is published again
+        assert self.js is not None
+        try:
+            held = await self.js.get_msg(STREAM, waiting.seq)
+        except NotFoundError:
+            return False
+        except Exception:
+            return None
+        # A stream recreated empty numbers its messages from 1 again: check it is ours.
+        return str((held.headers or {}).get(MSG_ID_HEADER, "")).startswith(request_id)
+
+    async def _republish(self, request_id: str, waiting: Waiting) -> None:
+        assert self.nc is not None
+        waiting.republished += 1
+        waiting.acked, waiting.seq = False, None
+        waiting.connection = self.connection
+        headers = {**waiting.headers, MSG_ID_HEADER: republished_id(request_id, waiting.republished)}
+        try:
+            await self.nc.publish(
+                waiting.subject, waiting.payload, reply=ack_subject(self.gateway_id, request_id), headers=headers
+            )
+        except nats.errors.Error as exc:
+            log.warning("could not publish request %s again: %r", request_id, exc)
+            return
+        self.republished.inc()
+
     async def stop(self) -> None:
-        for task in (self._watcher, self._backlog_task):
+        for task in (self._watcher, self._backlog_task, self._resuming):
             if task is not None:
                 task.cancel()
         if self.nc is not None and not self.nc.is_closed:
@@ -213,6 +333,7 @@ class Gateway:
         if waiting is None:
             return  # answered (or given up) already
         waiting.acked = True
+        waiting.seq = stored_seq(msg)
         if waiting.ack_timer is not None:
             waiting.ack_timer.cancel()
             waiting.ack_timer = None
@@ -227,6 +348,8 @@ class Gateway:
 
     def _ack_overdue(self, request_id: str) -> None:
         waiting = self.pending.get(request_id)
+        if self.nc is not None and self.nc.is_reconnecting:
+            return  # the publish waits in the client's buffer; the reconnect arms a fresh timer
         if waiting is not None and not waiting.acked and not waiting.future.done():
             waiting.future.set_exception(QueueFull("The work queue is unavailable (no ack in time); retry shortly."))
 
@@ -295,8 +418,6 @@ class Gateway:
         request_id = new_request_id()
         timeout = self.options.request_timeout_s
         loop = asyncio.get_running_loop()
-        waiting = Waiting(loop.create_future(), model, stamps)
-        self.pending[request_id] = waiting
         now = time.time()
         headers = {
             MSG_ID_HEADER: request_id,
@@ -305,14 +426,15 @@ class Gateway:
             PUBLISHED_HEADER: stamp(now),
         }
         payload = pack_request(work)
+        subject = work_subject(model)
+        waiting = Waiting(loop.create_future(), model, subject, payload, headers, self.connection, stamps)
+        self.pending[request_id] = waiting
         if stamps is not None:
             stamps.append(("g_publish", time.perf_counter()))
         try:
             try:
                 # The stream answers on our ack subject (_on_ack) while the request runs.
-                await self.nc.publish(
-                    work_subject(model), payload, reply=ack_subject(self.gateway_id, request_id), headers=headers
-                )
+                await self.nc.publish(subject, payload, reply=ack_subject(self.gateway_id, request_id), headers=headers)
             except nats.errors.Error as exc:
                 raise QueueFull(f"The work queue is unavailable ({type(exc).__name__}); retry shortly.") from None
             if stamps is not None:

@@ -22,12 +22,17 @@ from typing import Any
 import nats
 from nats.js.kv import KeyValue
 
-from sift_server.cluster.subjects import HEARTBEAT_BUCKET
+from sift_server.cluster.subjects import HEARTBEAT_BUCKET, RECONNECT_WAIT_S
 
 log = logging.getLogger(__name__)
 
 # The body of a JetStream "still working on it" acknowledgement (what Msg.in_progress sends).
 IN_PROGRESS = b"+WPI"
+
+
+async def _quiet_error(exc: Exception) -> None:
+    """The worker's own connection logs a break; this one's attempts to reconnect need no traceback each."""
+    log.debug("keepalive NATS: %r", exc)
 
 
 class Keepalive:
@@ -114,7 +119,13 @@ class Keepalive:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        nc = await nats.connect(self.nats_url.split(","), name=f"{self.name}-keepalive", max_reconnect_attempts=-1)
+        nc = await nats.connect(
+            self.nats_url.split(","),
+            name=f"{self.name}-keepalive",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=RECONNECT_WAIT_S,
+            error_cb=_quiet_error,
+        )
         try:
             kv = self._kv = await nc.jetstream().key_value(HEARTBEAT_BUCKET)
             await self._beat(kv)

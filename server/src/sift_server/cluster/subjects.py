@@ -19,6 +19,10 @@ HEARTBEAT_BUCKET = "sift_workers"
 REPLY_HEADER = "Sift-Reply"
 DEADLINE_HEADER = "Sift-Deadline"  # wall-clock seconds since the epoch
 MSG_ID_HEADER = "Nats-Msg-Id"  # JetStream deduplicates publishes by it
+# How long a NATS client waits between attempts to reconnect (nats-py's default is 2 s;
+# a restarted server is back within a second or two and every held request waits on it).
+RECONNECT_WAIT_S = 0.25
+
 # Response header naming the worker that answered (relayed to the client).
 WORKER_HEADER = "X-Sift-Worker"
 

@@ -46,6 +46,7 @@ from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartb
 from sift_server.cluster.keepalive import Keepalive
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
+    RECONNECT_WAIT_S,
     REPLY_HEADER,
     WORKER_HEADER,
     heartbeat_key,
@@ -183,6 +184,10 @@ class ModelPuller:
         options = self.owner.options
         subject, request = pull_request(self.durable, options.pull_expires_s)
         while not self.stopping:
+            if not nc.is_connected:
+                # A pull request sent now would be stale by the reconnect, which starts afresh.
+                await asyncio.sleep(RECONNECT_WAIT_S)
+                continue
             # Requests the server answered neither with a message nor a status are gone by now.
             horizon = time.monotonic() - options.pull_expires_s - 1.0
             while self._outstanding and self._outstanding[0] < horizon:
@@ -200,6 +205,12 @@ class ModelPuller:
             except Exception as exc:
                 log.warning("pull request failed: %r", exc)
                 await asyncio.sleep(0.5)
+
+    def reconnected(self) -> None:
+        """The connection came back: the server forgot the pull requests standing
+        before the break (a restarted one), so they are all sent again now."""
+        self._outstanding.clear()
+        self._wanted.set()
 
     def _answered(self) -> None:
         """One pull request ended (a message, or expired / no messages)."""
@@ -299,13 +310,20 @@ class StreamWorker:
         self.stamps = options.hop_stamps
         self.keepalive: Keepalive | None = None
         self._stop = asyncio.Event()
+        self._rechecking: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         for name in self.models:
             await self.state.registry.load_now(name)
         self.state.ready = True
         self.nc = await nats.connect(
-            self.options.nats_url.split(","), name=f"sift-worker-{self.worker_id}", max_reconnect_attempts=-1
+            self.options.nats_url.split(","),
+            name=f"sift-worker-{self.worker_id}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=RECONNECT_WAIT_S,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+            error_cb=self._on_error,
         )
         self.js = self.nc.jetstream()
         await ensure_stream(self.js, None)
@@ -346,6 +364,41 @@ class StreamWorker:
                 async with asyncio.timeout(max(0.1, ends - time.monotonic())):
                     await self.nc.drain()
         log.info("worker %s stopped", self.worker_id)
+
+    async def _on_error(self, exc: Exception) -> None:
+        # Each failed attempt to reconnect reports here: the break itself is logged once.
+        reconnecting = self.nc is not None and self.nc.is_reconnecting
+        log.log(logging.DEBUG if reconnecting else logging.WARNING, "NATS: %r", exc)
+
+    async def _on_disconnected(self) -> None:
+        if self.nc is not None and (self.nc.is_closed or self.nc.is_draining):
+            return  # our own drain
+        log.warning("worker %s: NATS connection lost; reconnecting", self.worker_id)
+
+    async def _on_reconnected(self) -> None:
+        """Pull again at once, and make sure the stream, consumers and heartbeat bucket exist (a server
+        that lost its store starts empty). Replies and acks sent during the break
+        were buffered by the client and went out with the reconnect."""
+        log.warning("worker %s: NATS connection back", self.worker_id)
+        self._rechecking = asyncio.ensure_future(self._pull_again())
+
+    async def _pull_again(self) -> None:
+        """Once the consumers exist (a pull request to a missing one goes nowhere and
+        would hold its slot until it expires), pull afresh."""
+        await self._ensure_consumers()
+        for puller in self.pullers:
+            puller.reconnected()
+
+    async def _ensure_consumers(self) -> None:
+        if self.js is None:
+            return
+        try:
+            await ensure_stream(self.js, None)
+            await heartbeat_bucket(self.js, self.options.heartbeat_ttl_s)
+            for puller in self.pullers:
+                await ensure_consumer(self.js, puller.model, self.options.ack_wait_s)
+        except Exception as exc:
+            log.warning("could not check the consumers after the reconnect: %r", exc)
 
     def _on_signal(self) -> None:
         if self._stop.is_set():

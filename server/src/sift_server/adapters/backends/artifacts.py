@@ -7,12 +7,15 @@ changed weight file or an upgraded library never loads a stale graph. Each
 artifact folder holds a ``manifest.json`` with the sha256 of every file; a
 folder whose files do not match (a crash mid-write, a flipped byte) is rebuilt.
 A cache folder that cannot be written is replaced, with a warning, by a
-temporary folder of this process (exports then happen on every start).
+temporary folder of this process (exports then happen on every start). When no
+folder can be written at all, or an export finds the disk full, the load serves
+on PyTorch (backends.choice), never fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.metadata
 import json
@@ -33,6 +36,23 @@ MANIFEST = "manifest.json"
 LIBRARIES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "openvino")
 _SKIP_SUFFIXES = (".md", ".lock")
 _fallback_dir: Path | None = None
+
+
+# A write refused for want of room or of rights: the cache cannot take an export now.
+_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def cannot_write(exc: BaseException) -> OSError | None:
+    """The OSError (full disk, quota, read-only, no permission) behind ``exc`` or its
+    causes, if that is why it failed; None when it failed for another reason."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _CANNOT_WRITE:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:

@@ -1,6 +1,10 @@
 """The choice: open the runner a request names, or let ``auto`` open every
 candidate, keep those whose probe outputs agree with PyTorch fp32, time them
-and keep the fastest, recording the decision so later starts reuse it."""
+and keep the fastest, recording the decision so later starts reuse it.
+
+An artifact cache that cannot take an export (the disk full, no writable
+folder) never fails a load: the model serves on PyTorch fp32, the reference,
+with a warning; a later start exports once there is room."""
 
 from __future__ import annotations
 
@@ -103,10 +107,21 @@ def choose_backend(
     store: Artifacts | None = None
     cache: Path | None = None
     if needs_store:
-        cache = artifacts.usable_cache_dir(request.cache_dir)
+        try:
+            cache = artifacts.usable_cache_dir(request.cache_dir)
+        except OSError as exc:  # not even a temporary folder can be written
+            return _on_reference(graph, request, opener, supported, exc, "no folder for exports can be written")
         store = Artifacts(graph, cache, artifacts.content_hash(graph.folder, cache))
     if is_explicit(request) or len(pool) == 1:
-        runner = opener(graph, pool[0], request, store)
+        try:
+            runner = opener(graph, pool[0], request, store)
+        except Exception as exc:
+            refused = artifacts.cannot_write(exc) if pool[0].backend != "torch" else None
+            if refused is None:
+                raise
+            return _on_reference(
+                graph, request, opener, supported, refused, f"the {pool[0]} export could not be written"
+            )
         _drop_reference(graph, runner)
         return runner, {**runner.describe(), "selected_by": "catalog"}
 
@@ -176,6 +191,32 @@ def choose_backend(
         "timing": timing,
         "decided_at": decided_at,
     }
+
+
+def _on_reference(
+    graph: Graph,
+    request: BackendRequest,
+    opener: Opener[B],
+    supported: Collection[Choice] | None,
+    cause: OSError,
+    what: str,
+) -> tuple[B, dict[str, Any]]:
+    """Serve on PyTorch fp32 because the artifact cache cannot take an export
+    (``cause``); raises ``cause`` where the reference cannot run either."""
+    if not vocabulary.available(REFERENCE) or (supported is not None and REFERENCE not in supported):
+        raise cause
+    log.warning(
+        "%s: %s (%s: %s); serving on PyTorch %s instead (the reference's answers; a later start "
+        "exports once the artifact cache %s has room and can be written)",
+        graph.kind,
+        what,
+        type(cause).__name__,
+        cause,
+        REFERENCE.precision,
+        request.cache_dir or artifacts.default_cache_dir(),
+    )
+    runner = opener(graph, REFERENCE, request, None)
+    return runner, {**runner.describe(), "selected_by": f"fallback: {what}"}
 
 
 def _decide(
