@@ -144,7 +144,9 @@ def ok(answers: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize(("name", "data"), [("docx", documents.docx_report), ("html", lambda: documents.HTML_PAGE)])
+@pytest.mark.parametrize(
+    ("name", "data"), [("docx", documents.docx_report), ("html", lambda: documents.HTML_PAGE)], ids=["docx", "html"]
+)
 def test_docs_to_markdown_gives_sifts_markdown(
     answers: dict[str, dict[str, Any]], direct: ServerProcess, name: str, data: Any
 ) -> None:
