@@ -63,18 +63,23 @@ install_into .venv/bin/python --no-deps --target .venv/pylate-ref \
   "pylate==1.6.0" "sentence-transformers==5.3.0" "transformers==5.3.0" "tokenizers==0.22.2" \
   >"$side_logs/pylate.log" 2>&1 &
 pylate_pid=$!
-# The released SIE SDK (it needs Python 3.12), the OpenAI client and the Cohere client (its
-# rerank against /v1/rerank), for the black-box
-# compatibility test (tests/compat): a venv of their own, nothing of Sift's in it.
-# Without that interpreter the test is skipped.
+# The released SIE SDK (it needs Python 3.12), the OpenAI client, the Cohere client (its
+# rerank against /v1/rerank), the nine released SIE integrations with the frameworks and
+# embedded vector stores they plug into, and the SIE MCP server (sie-mcp, with the `mcp`
+# client), for the black-box compatibility test (tests/compat): a venv of their own, nothing of
+# Sift's in it (about 220 packages, no torch). openai stays at 2.x: crewai 1.15 (through
+# instructor) takes openai < 3. Without that interpreter the test is skipped.
 py312="${SIFT_PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python3.12}"
 compat_pid=""
 if [ -x "$py312" ]; then
   rm -rf .venv/sie-compat
   (venv_for "$py312" .venv/sie-compat &&
-    install_into .venv/sie-compat/bin/python "sie-sdk==0.10.1" "openai==3.57.0" "cohere==7.3.1" \
+    install_into .venv/sie-compat/bin/python "sie-sdk==0.10.1" "openai==2.54.0" "cohere==7.3.1" \
       "sie-qdrant==0.10.1" "qdrant-client==1.20.0" "sie-chroma==0.10.1" "chromadb==1.5.9" \
-      "sie-lancedb==0.10.1" "lancedb==0.40.0") \
+      "sie-lancedb==0.10.1" "lancedb==0.40.0" "sie-weaviate==0.10.1" "weaviate-client==4.24.1" \
+      "sie-langchain==0.10.1" "langchain-core==1.6.10" "sie-llamaindex==0.10.1" "llama-index-core==0.14.25" \
+      "sie-haystack==0.10.1" "haystack-ai==3.4.1" "sie-dspy==0.10.1" "dspy==3.4.1" "litellm==1.110.2" \
+      "sie-crewai==0.10.1" "crewai==1.15.30" "crewai-tools==1.15.30" "sie-mcp==0.10.1" "mcp==1.30.0") \
     >"$side_logs/compat.log" 2>&1 &
   compat_pid=$!
 fi

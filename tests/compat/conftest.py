@@ -31,6 +31,7 @@ from tests.fixtures.tiny_models import (
     build_tiny_gliner2,
     build_tiny_gliner_bi,
     build_tiny_nli,
+    build_tiny_sparse_encoder,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +40,12 @@ COMPAT_PYTHON = COMPAT_VENV / "bin" / "python"
 # The interpreter bootstrap.sh builds the venv with (sie-sdk 0.10.1 needs Python 3.12).
 PYTHON312 = Path(os.environ.get("SIFT_PYTHON312", Path.home() / ".pyenv/versions/3.12.1/bin/python3.12"))
 KEY = "s3cret"
-RERANK, NER = "tiny/reranker", "tiny/gliner"
+RERANK, NER, SPARSE = "tiny/reranker", "tiny/gliner", "tiny/sparse"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
 CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER, M3_MODEL)
 EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL)
+# The sparse embedders of the integrations (test_integrations) use it.
+SPARSE_MODELS = (SPARSE,)
 
 
 def require_venv() -> None:
@@ -72,6 +75,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "gliner-bi": _entry(GLINER_BI_MODEL, "gliner", build_tiny_gliner_bi(root / "bi"), "extract")
         + "options:\n  threshold: 0.3\n",
         "clip": _entry(TINY_CLIP, "clip", build_tiny_clip(root / "clip"), "encode", "backend: torch\n"),
+        "sparse": _entry(SPARSE, "sparse-encoder", build_tiny_sparse_encoder(root / "sparse"), "encode"),
         "siglip": _entry(TINY_SIGLIP, "clip", build_tiny_siglip(root / "siglip"), "encode", "backend: torch\n"),
     }
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
@@ -91,7 +95,8 @@ def _model_args(catalog: Path, models: tuple[str, ...]) -> list[str]:
 def direct(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """``sift serve`` with every model of the catalog loaded."""
     root = tmp_path_factory.mktemp("compat-serve")
-    proc = start_server([*_model_args(catalog, CLUSTER_MODELS + EXTRACTORS), "--api-key", KEY], root / "serve.log")
+    models = CLUSTER_MODELS + EXTRACTORS + SPARSE_MODELS
+    proc = start_server([*_model_args(catalog, models), "--api-key", KEY], root / "serve.log")
     yield proc
     proc.stop()
 
