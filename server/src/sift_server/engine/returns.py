@@ -77,6 +77,9 @@ class ReturnModel:
     min_size: int = 3
     alpha: float = 1e-2
     margin: float = 1.5
+    # Waves judged (at least ``min_size``, some arrival after them) before their
+    # shares can say that arrivals do not follow answers (``independent``).
+    min_judged: int = 4
     # Arrivals remembered for the background rate.
     rate_memory: int = 64
     # Waves still within ``horizon`` of their forward's end, oldest first: a
@@ -151,6 +154,25 @@ class ReturnModel:
     @property
     def reliable(self) -> bool:
         return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
+
+    @property
+    def independent(self) -> bool:
+        """Arrivals do not follow answers: enough waves were judged and they do
+        not come back reliably (an open loop: users who do not wait for each
+        other's answers, whose arrivals after a forward are no more than chance,
+        or clusters of their own that happen to follow it)."""
+        judged = len(self.shares)
+        return judged >= self.min_judged and sum(self.shares) / judged < self.min_share
+
+    @property
+    def clearly_independent(self) -> bool:
+        """Twice as many waves judged, and at most ``1 - min_share`` of the returns a
+        closed loop would send came back. A slow client's closed loop, before its
+        waves are learned, has half of its waves judged spread out (its shares'
+        mean fell to 0.31-0.5 in the simulator), never that few; Poisson arrivals
+        stay near 0."""
+        judged = len(self.shares)
+        return judged >= 2 * self.min_judged and sum(self.shares) / judged <= 1 - self.min_share
 
     def allowance(self, wave: Wave) -> float:
         """How long after its forward ``wave`` may take to come back: ``margin``
