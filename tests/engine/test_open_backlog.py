@@ -48,7 +48,16 @@ def test_spread_arrivals_after_forwards_are_learned_as_independent_and_a_closed_
 
     mixed = ReturnModel()
     half_returning(mixed)
-    assert mixed.independent and not mixed.clearly_independent
+    assert mixed.independent and not mixed.clearly_independent  # the waves that came back came back whole
+
+    clusters = ReturnModel()
+    now = 0.0
+    for _ in range(12):  # after each forward of 8, a dense cluster of 3: users' bursts, not its clients
+        clusters.forward_ended(now, 8)
+        for k in range(3):
+            clusters.observe(now + 1 * MS + k * 0.2 * MS)
+        now += 20 * MS
+    assert clusters.independent and clusters.clearly_independent and not clusters.reliable
 
     closed = ReturnModel()
     now = 0.0

@@ -312,20 +312,21 @@ class Scheduler:
 
     @property
     def independent_arrivals(self) -> bool:
-        """Arrivals do not follow answers (an open loop; ``ReturnModel.independent``):
-        the policy then holds no burst past ``max_hold``, since independent users'
-        clusters keep "arriving" at a high rate."""
+        """Arrivals do not follow answers (an open loop; ``ReturnModel.independent``).
+        A batch under load then takes everything waiting (within ``caps``) and runs it
+        in sub-forwards of at most the load caps' tokens (``_chunk_budget``), and the
+        policy holds no burst past ``max_hold`` (independent users' clusters keep
+        "arriving" at a high rate). The simulator's ``adaptive-capped`` arm turns
+        these rules off."""
         return self.waves.independent
 
     @property
     def open_backlog_rule(self) -> bool:
         """Arrivals are clearly independent of answers (``ReturnModel.clearly_independent``):
-        a batch under load then takes everything waiting (within ``caps``), runs it
-        in sub-forwards of at most the efficient size, and answers each as it ends.
-        The stricter test: a closed loop taken for an open one would fragment (its
-        clients answered early come back mid-batch). The simulator's ``adaptive-capped``
-        arm turns this rule off."""
-        return self.waves.independent and self.waves.clearly_independent
+        each sub-forward of a batch under load then answers as it ends. The stricter
+        test: a closed loop taken for an open one before its waves are learned would
+        fragment (its clients answered early come back mid-batch)."""
+        return self.waves.clearly_independent
 
     def _open_backlog(self, queue: BatchQueue) -> bool:
         """The lane's next batch is independent users' backlog, not a returning wave."""
