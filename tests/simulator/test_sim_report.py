@@ -85,6 +85,8 @@ def test_cli_quick_run_writes_results(tmp_path: Path, capsys: object) -> None:
         "timed-whole",
         "adaptive-split",
         "adaptive-10ms",
+        "adaptive-capped",
+        "ideal",
     }
     assert (tmp_path / "overview.png").stat().st_size > 0
     assert (tmp_path / "main-cpu.png").stat().st_size > 0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sift_bench.arms.arm import REFERENCE_ARM, REFERENCE_RELEASE
 from sift_bench.arms.server import default_cpus
+from sift_bench.workload.arrivals import ARRIVAL_KINDS, ArrivalKind, parse_loads
 from sift_bench.workload.heads import HEADS
 from sift_bench.workload.request import OUTPUT_TYPES, PRIMITIVES, RequestSpec
 from sift_bench.workload.texts import WORKLOADS
@@ -30,9 +31,9 @@ HELP = "measure the batching engine: compare policies and code revisions through
 
 # Phase sizes of a full run and of --quick (explicit options win over both).
 FULL = {"sequential": 200, "bursts": 24, "closed_seconds": 15.0, "warmup_sequential": 20, "warmup_closed_s": 2.0,
-        "ceiling_seconds": 0.5, "replay_seconds": 3.0}  # fmt: skip
+        "ceiling_seconds": 0.5, "replay_seconds": 3.0, "open_seconds": 10.0}  # fmt: skip
 QUICK = {"sequential": 40, "bursts": 6, "closed_seconds": 3.0, "warmup_sequential": 10, "warmup_closed_s": 1.0,
-         "ceiling_seconds": 0.2, "replay_seconds": 1.5}  # fmt: skip
+         "ceiling_seconds": 0.2, "replay_seconds": 1.5, "open_seconds": 3.0}  # fmt: skip
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -43,6 +44,21 @@ def _sizes(text: str) -> tuple[int, ...]:
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
+
+
+def _loads(text: str) -> tuple[float, ...]:
+    try:
+        return parse_loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _kinds(text: str) -> tuple[ArrivalKind, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in ARRIVAL_KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"arrivals are {', '.join(ARRIVAL_KINDS)}; got {text!r}")
+    return tuple(k for k in ARRIVAL_KINDS if k in kinds)
 
 
 def _arm(text: str) -> str:
@@ -94,6 +110,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     runs.add_argument("--concurrency", type=_sizes, default=(8, 32), metavar="N,N",
                       help="requests in flight of the closed-loop phases (default 8,32)")  # fmt: skip
     runs.add_argument("--closed-seconds", type=float, help="length of each closed-loop phase (default 15; quick 3)")
+    runs.add_argument("--open-loads", type=_loads, default=(), metavar="L,L",
+                      help="open-loop phases after the closed loops: independent users at these shares of the "
+                      "closed-loop capacity (e.g. 0.5,0.8,0.95 or 50%%,80%%); default none")  # fmt: skip
+    runs.add_argument("--open-arrivals", type=_kinds, default=ARRIVAL_KINDS, metavar="KIND,KIND",
+                      help=f"arrivals of the open loops: {', '.join(ARRIVAL_KINDS)} (default both)")  # fmt: skip
+    runs.add_argument("--open-seconds", type=float, help="length of each open-loop phase (default 10; quick 3)")
+    runs.add_argument("--open-capacity", type=float, metavar="REQ_PER_S",
+                      help="the capacity the open-loop loads are shares of (default: a closed loop at the largest "
+                      "--concurrency on the first arm, measured once before the trials)")  # fmt: skip
     runs.add_argument("--client", choices=("sdk", "httpx", "raw"), default="sdk",
                       help="load generator client: the SDK, bare httpx, or raw (lean HTTP/1.1, "
                       "a fraction of a millisecond per request)")  # fmt: skip
@@ -262,7 +287,13 @@ def main(args: argparse.Namespace) -> int:
         burst_gap_s=args.burst_gap_ms / 1000,
         warmup_sequential=int(preset["warmup_sequential"]),
         warmup_closed_s=preset["warmup_closed_s"],
+        open_loads=args.open_loads,
+        open_arrivals=args.open_arrivals,
+        open_seconds=args.open_seconds if args.open_seconds is not None else preset["open_seconds"],
     )
+    if args.open_capacity is not None and args.open_capacity <= 0:
+        print("sift bench: --open-capacity must be positive", file=sys.stderr)
+        return 2
     server_cpus, client_cpus = default_cpus(args.server_cpus, args.client_cpus)
     out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
     model, catalogs = args.model, list(args.catalog)
@@ -315,6 +346,7 @@ def main(args: argparse.Namespace) -> int:
             plots=not args.no_plots,
             progress=False if args.no_progress else None,
             command_line=["sift", *sys.argv[1:]],
+            open_capacity=args.open_capacity,
         )
         print(f"sift bench: arms {', '.join(a.name for a in arms)}; {args.trials} trial(s); output {out_dir}",
               file=sys.stderr)  # fmt: skip

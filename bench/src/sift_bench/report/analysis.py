@@ -69,6 +69,22 @@ def run_phase_stats(phase: Mapping[str, Any], items_per_request: int = 1) -> dic
         stats["tail_ratio"] = percentile(lat, 99) / percentile(lat, 50) if lat else None
         stats["max_ratio"] = max(lat) / percentile(lat, 50) if lat else None
         stats["passed_over"] = passed_over(phase, good_joined)
+    if phase["kind"] == "open":
+        span = phase["window_end"] - phase["window_start"]
+        lat = stats["latency_ms"]
+        stats["achieved_rate"] = len(good) / span if span > 0 else 0.0
+        stats["offered_rate"] = phase.get("offered_rate")
+        seconds = phase.get("schedule_seconds") or 0.0
+        # What this draw of the schedule sent (Poisson counts vary around the rate).
+        stats["sent_rate"] = n / seconds if seconds > 0 else None
+        stats["load"] = phase.get("load")
+        stats["tail_ratio"] = percentile(lat, 99) / percentile(lat, 50) if lat else None
+        stats["max_ratio"] = max(lat) / percentile(lat, 50) if lat else None
+        scheduled: list[float | None] = phase.get("scheduled") or [None] * n
+        # How far the load generator fell behind its schedule (its own queueing is not the server's).
+        stats["lag_ms"] = [(send[i] - t) * MS for i, t in enumerate(scheduled) if t is not None]
+        stats["server_cores"] = phase.get("server_cores")
+        stats["client_cores"] = phase.get("client_cores")
     return stats
 
 
@@ -119,7 +135,8 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
             "latency_max_ms": max(s["latency_ms"]) if s["latency_ms"] else None,
             "queue_p95_ms": percentile(s["queue_ms"], 95) if s["queue_ms"] else None,
         }
-        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "max_ratio", "server_cores", "client_cores"):
+        for key in ("one_forward", "bursts", "throughput", "tail_ratio", "max_ratio", "server_cores", "client_cores",
+                    "achieved_rate", "offered_rate", "sent_rate", "load"):  # fmt: skip
             if key in s:
                 row[key] = s[key]
         out["per_trial"].append(row)
@@ -133,6 +150,12 @@ def summarize_arm_phase(per_trial: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         out["issue_span_ms"] = percentiles(_pooled(stats, "issue_span_ms"))
     if stats and "passed_over" in stats[0]:
         out["passed_over"] = percentiles([float(n) for n in _pooled(stats, "passed_over")])
+    if stats and "achieved_rate" in stats[0]:
+        out["achieved_rate"] = [s["achieved_rate"] for s in stats]
+        out["offered_rate"] = [s["offered_rate"] for s in stats]
+        out["sent_rate"] = [s["sent_rate"] for s in stats if s.get("sent_rate") is not None]
+        out["load"] = stats[0]["load"]
+        out["lag_ms"] = percentiles(_pooled(stats, "lag_ms"))
     if stats and "throughput" in stats[0]:
         values = [s["throughput"] for s in stats if s["throughput"] > 0]
         out["throughput"] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sift_bench.report import replay_section
@@ -127,6 +127,54 @@ def target_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     return headers, rows
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def open_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per (open-loop phase, arm): rates, the pooled latency distribution, and each
+    percentile over the first arm's (the arms saw the same arrivals in each trial)."""
+    summary = results["analysis"]["summary"]
+    phases = [p for p in results["config"]["phases"] if p.startswith("open")]
+    arms = list(summary)
+    headers = ["phase", "arm", "offered req/s", "sent req/s", "achieved req/s", "p50 ms", "p90 ms", "p99 ms", "max ms",
+               "p99/p50", "client lag p99 ms", f"/ {arms[0]} (p50, p90, p99, max)" if arms else "-"]  # fmt: skip
+    rows = []
+    for phase in phases:
+        base = summary[arms[0]].get(phase) if arms else None
+        for arm in arms:
+            d = summary[arm].get(phase)
+            if not d:
+                rows.append([phase, arm] + ["-"] * (len(headers) - 2))
+                continue
+            lat = d["latency_ms"]
+            ratios = "-"
+            if base and arm != arms[0] and base["latency_ms"].get("n"):
+                ratios = ", ".join(
+                    _f(lat[k] / base["latency_ms"][k], 2) if base["latency_ms"][k] else "-"
+                    for k in ("p50", "p90", "p99", "max")
+                )
+            rows.append([
+                phase, arm, _f(_mean(d["offered_rate"]), 1), _f(_mean(d.get("sent_rate") or []), 1),
+                _f(_mean(d["achieved_rate"]), 1), _pct(lat, "p50", 1),
+                _pct(lat, "p90", 1), _pct(lat, "p99", 1), _pct(lat, "max", 1),
+                _f(lat["p99"] / lat["p50"], 2) if lat.get("p50") else "-", _pct(d.get("lag_ms"), "p99", 1), ratios,
+            ])  # fmt: skip
+    return headers, rows
+
+
+def _open_capacity_text(results: Mapping[str, Any]) -> str:
+    cap = results.get("open_capacity") or {}
+    if not cap:
+        return ""
+    if cap.get("measured"):
+        return (
+            f"Loads are shares of {cap['requests_per_s']:.1f} requests/s, the closed loop of "
+            f"{cap['concurrency']} in flight on a fresh `{cap['arm']}` server before the trials."
+        )
+    return f"Loads are shares of {cap['requests_per_s']:.1f} requests/s (given with --open-capacity)."
+
+
 def console_summary(results: Mapping[str, Any]) -> str:
     meta, config = results["meta"], results["config"]
     out = [
@@ -143,6 +191,10 @@ def console_summary(results: Mapping[str, Any]) -> str:
     headers, rows = ratio_rows(results)
     if rows:
         out += ["", "throughput ratios (geometric mean over paired trials):", text_table(headers, rows)]
+    headers, rows = open_rows(results)
+    if rows:
+        out += ["", "open loops (latency pooled over trials): " + _open_capacity_text(results),
+                text_table(headers, rows)]  # fmt: skip
     headers, rows = dominance_rows(results)
     if rows:
         out += ["", "against the reference (X / reference, geometric mean [95% CI] over paired trials):",
@@ -341,6 +393,24 @@ def markdown(results: Mapping[str, Any]) -> str:
         md_table(*ratio_rows(results)),
         "",
     ]
+    headers, orows = open_rows(results)
+    if orows:
+        plan_open = ", ".join(f"{load:g}" for load in plan.get("open_loads", ()))
+        lines += [
+            "## Open loops",
+            "",
+            f"Independent users ({', '.join(plan.get('open_arrivals', ()))} arrivals, "
+            f"`sift_bench.workload.arrivals`) at loads {plan_open} for {plan.get('open_seconds')} s each. "
+            + _open_capacity_text(results)
+            + " Every arm of a trial sees the same arrival times. Latency is pooled over the valid trials; "
+            "`client lag`: how late the load generator sent a request after its scheduled time (its own "
+            "queueing, not the server's); `sent`: the requests this draw of the schedule holds over its length; "
+            "`achieved`: answers over the phase's window (first send to last answer); the last column is each "
+            "percentile over the first arm's.",
+            "",
+            md_table(headers, orows),
+            "",
+        ]
     lines += ["## Phases", ""]
     for phase in config["phases"]:
         lines += _phase_detail(results, phase)

@@ -44,3 +44,5 @@ class BenchConfig:
     plots: bool = True
     progress: bool | None = None  # None: progress bars on a terminal only
     command_line: list[str] | None = None
+    # Requests/s the open loops are shares of; None: measured before the trials (run.runner).
+    open_capacity: float | None = None

@@ -1,4 +1,4 @@
-"""The load phases of one run: warmup, sequential, bursts, closed loop.
+"""The load phases of one run: warmup, sequential, bursts, closed loop, open loop.
 
 Every request carries a unique id (sent as ``X-Request-ID``, so the server's
 trace names it) and records the client's ``perf_counter`` just before the call
@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from sift_bench.client.answer import Transport
+from sift_bench.workload.arrivals import ARRIVAL_KINDS, ArrivalKind, open_schedule
 
-PhaseKind = Literal["sequential", "burst", "closed"]
+PhaseKind = Literal["sequential", "burst", "closed", "open"]
 
 
 class PhaseAborted(RuntimeError):
@@ -35,6 +37,7 @@ class RequestRecord:
     error: str | None = None
     issued: float | None = None  # handed to the HTTP stack
     texts: Sequence[str] = ()  # what it sent (the in-process replay runs the same texts)
+    scheduled: float | None = None  # open loop: when the schedule said to send it
 
 
 @dataclass(slots=True)
@@ -49,6 +52,12 @@ class PhaseResult:
     unmeasured: list[RequestRecord] = field(default_factory=list)
     start: float = 0.0
     end: float = 0.0
+    # Open loop: the arrivals' kind, the offered requests/s, its share of the capacity
+    # and the schedule's length (its count over that length: the rate this draw offered).
+    arrivals: str = ""
+    rate: float = 0.0
+    load: float = 0.0
+    seconds: float = 0.0
 
     @property
     def invalid(self) -> list[RequestRecord]:
@@ -82,7 +91,9 @@ class PhaseContext:
         request_id, texts = self.next_request(phase)
         return await self.send_prepared(request_id, texts, group)
 
-    async def send_prepared(self, request_id: str, texts: list[str], group: int) -> RequestRecord:
+    async def send_prepared(
+        self, request_id: str, texts: list[str], group: int, scheduled: float | None = None
+    ) -> RequestRecord:
         send = time.perf_counter()
         outcome = await self.transport.send(request_id, texts)
         recv = time.perf_counter()
@@ -90,7 +101,7 @@ class PhaseContext:
         if not outcome.ok:
             self.errors += 1
         return RequestRecord(
-            request_id, group, send, recv, outcome.ok, outcome.status, outcome.error, outcome.issued, texts
+            request_id, group, send, recv, outcome.ok, outcome.status, outcome.error, outcome.issued, texts, scheduled
         )
 
     def check(self) -> None:
@@ -167,6 +178,30 @@ async def closed_loop(ctx: PhaseContext, name: str, concurrency: int, seconds: f
     return result
 
 
+async def open_loop(ctx: PhaseContext, name: str, times: Sequence[float], *, arrivals: str = "", rate: float = 0.0,
+                    load: float = 0.0, seconds: float = 0.0) -> PhaseResult:  # fmt: skip
+    """Independent users: one request at each of ``times`` (seconds from the
+    phase's start; ``sift_bench.workload.arrivals``), whatever the answers. Each
+    request records when it was scheduled, so a client that falls behind its
+    schedule shows (``send - scheduled``). The window runs from the start to the
+    last answer."""
+    result = PhaseResult(name, "open", 0, arrivals=arrivals, rate=rate, load=load, seconds=seconds)
+    prepared = [ctx.next_request(name) for _ in times]
+    tasks: list[asyncio.Task[RequestRecord]] = []
+    start = time.perf_counter()
+    for at, (request_id, texts) in zip(times, prepared, strict=True):
+        delay = start + at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(ctx.send_prepared(request_id, texts, -1, start + at)))
+        ctx.check()
+    result.requests = list(await asyncio.gather(*tasks))
+    ctx.check()
+    result.start = start
+    result.end = max((r.recv for r in result.requests), default=time.perf_counter())
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class PhasePlan:
     """Sizes of one run's phases."""
@@ -180,12 +215,22 @@ class PhasePlan:
     settle_s: float = 0.5
     warmup_sequential: int = 20
     warmup_closed_s: float = 2.0
+    # Open loops after the closed ones: each kind of arrivals at each share of the
+    # closed-loop capacity (requests/s, measured once per bench: ``run.runner``).
+    open_loads: tuple[float, ...] = ()
+    open_arrivals: tuple[ArrivalKind, ...] = ARRIVAL_KINDS
+    open_seconds: float = 10.0
+
+    def open_phases(self) -> list[tuple[str, ArrivalKind, float]]:
+        """(name, arrivals, load) of each open-loop phase, in the order they run."""
+        return [(open_phase_name(kind, load), kind, load) for kind in self.open_arrivals for load in self.open_loads]
 
     def phase_names(self) -> list[str]:
         return (
             ["sequential"]
             + [f"burst{size}" for size in self.burst_sizes]
             + [f"closed{conc}" for conc in self.concurrencies]
+            + [name for name, _, _ in self.open_phases()]
         )
 
     def expected_requests(self) -> int:
@@ -202,16 +247,31 @@ async def warmup(ctx: PhaseContext, plan: PhasePlan, out: list[PhaseResult]) -> 
         out.append(await closed_loop(ctx, "warmup-closed", max(plan.concurrencies), plan.warmup_closed_s))
 
 
+def open_phase_name(kind: str, load: float) -> str:
+    return f"open{round(load * 100)}-{kind}"
+
+
+def open_seed(seed: int, trial: int, name: str) -> int:
+    """The schedule of one open-loop phase: the same for every arm of a trial."""
+    return zlib.crc32(f"{seed}:{trial}:{name}".encode())
+
+
 async def run_phases(
     ctx: PhaseContext,
     plan: PhasePlan,
     warm: list[PhaseResult],
     measured: list[PhaseResult],
     on_phase: Callable[[str], None] = lambda name: None,
+    *,
+    capacity: float | None = None,
+    seed: int = 0,
+    trial: int = 0,
 ) -> None:
     """Warmup, then the measured phases in their fixed order with an idle settle
     before each. Results are appended as phases finish, so an aborted run keeps
-    what it measured."""
+    what it measured. The open loops run at their shares of ``capacity``
+    (requests/s), on schedules fixed by ``seed`` and ``trial`` (every arm of a
+    trial sees the same arrivals)."""
     on_phase("warmup")
     await warmup(ctx, plan, warm)
     await asyncio.sleep(plan.settle_s)
@@ -225,3 +285,14 @@ async def run_phases(
         await asyncio.sleep(plan.settle_s)
         on_phase(f"closed{conc}")
         measured.append(await closed_loop(ctx, f"closed{conc}", conc, plan.closed_seconds))
+    if plan.open_loads and capacity is None:
+        raise ValueError("open-loop phases need the closed-loop capacity")
+    for name, kind, load in plan.open_phases():
+        assert capacity is not None
+        rate = load * capacity
+        times = open_schedule(kind, rate, plan.open_seconds, open_seed(seed, trial, name))
+        await asyncio.sleep(plan.settle_s)
+        on_phase(name)
+        measured.append(
+            await open_loop(ctx, name, times, arrivals=kind, rate=rate, load=load, seconds=plan.open_seconds)
+        )

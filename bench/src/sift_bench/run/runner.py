@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ from sift_bench.workload.texts import texts_for
 from sift_server.engine.trace import ForwardRecord, read_trace
 
 SCHEMA = "sift-bench/1"
+# Connections the client may open for the open-loop phases, beyond the closed loops' own.
+OPEN_CONNECTIONS = 256
 
 
 # ---- progress -------------------------------------------------------------
@@ -134,6 +136,9 @@ def phase_to_dict(phase: PhaseResult, join: JoinResult) -> dict[str, Any]:
         "errors": [[i, r.error] for i, r in enumerate(reqs) if r.error],
         "joined": [h is not None for h in hits],
     }
+    if phase.kind == "open":
+        out.update({"arrivals": phase.arrivals, "offered_rate": phase.rate, "load": phase.load,
+                    "schedule_seconds": phase.seconds, "scheduled": [r.scheduled for r in reqs]})  # fmt: skip
     for column in ("forward_id", "forward_requests", "forward_items", "forwards", "reason",
                    "arrival", "admitted", "decided", "start", "end"):  # fmt: skip
         out[column] = [getattr(h, column) if h is not None else None for h in hits]
@@ -174,10 +179,13 @@ def run_one(
     position: int,
     progress: Progress,
     baseline: Mapping[str, str] | None = None,
+    capacity: float | None = None,
+    tag: str | None = None,
 ) -> dict[str, Any]:
     """One fresh server for ``arm``: warmup and phases, then the join. ``baseline``:
-    the current tree's files at the start of the bench (changes are recorded)."""
-    tag = f"t{trial}-p{position}-{_safe(arm.name)}"
+    the current tree's files at the start of the bench (changes are recorded);
+    ``capacity``: the requests/s the open loops are shares of."""
+    tag = tag or f"t{trial}-p{position}-{_safe(arm.name)}"
     out = config.out_dir
     run: dict[str, Any] = {
         "arm": arm.name,
@@ -245,7 +253,9 @@ def run_one(
         async def drive() -> None:
             transport = make_transport(
                 config.client, server.url, config.model, dims,
-                max_connections=max((*config.plan.burst_sizes, *config.plan.concurrencies, 1)) * 2,
+                # An open loop may have many requests in flight: never queue them in the client.
+                max_connections=max((*config.plan.burst_sizes, *config.plan.concurrencies, 1)) * 2
+                + (OPEN_CONNECTIONS if config.plan.open_loads else 0),
                 spec=config.request,
                 # The reference server does not echo X-Request-ID (nor write a trace to join).
                 echo_required=arm.kind != "reference",
@@ -258,7 +268,9 @@ def run_one(
                 progress.phase(f"{arm.name}: {name}", _expected(config.plan, name))
 
             try:
-                await run_phases(ctx, config.plan, warm, measured, on_phase)
+                await run_phases(
+                    ctx, config.plan, warm, measured, on_phase, capacity=capacity, seed=config.seed, trial=trial
+                )
             finally:
                 await transport.aclose()
 
@@ -363,6 +375,7 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "ceiling": config.ceiling,
         "replay": config.replay,
         "replay_cap_s": config.replay_cap_s,
+        "open_capacity": config.open_capacity,
         "event_loop": "uvloop" if _loop_factory() is not None else "asyncio",
     }
 
@@ -397,6 +410,28 @@ def finish(results: dict[str, Any], out_dir: Path, *, make_plots: bool = True) -
     return results
 
 
+def measure_capacity(config: BenchConfig, progress: Progress) -> dict[str, Any]:
+    """The requests/s the open loops are shares of: ``config.open_capacity`` if
+    given, else a closed loop at the largest concurrency on a fresh server of the
+    first arm (its warmup first), before the trials, so every arm of every trial
+    sees the same rates."""
+    if config.open_capacity is not None:
+        return {"requests_per_s": config.open_capacity, "measured": False}
+    arm = config.arms[0]
+    concurrency = max(config.plan.concurrencies or (32,))
+    plan = replace(config.plan, sequential=0, burst_sizes=(), concurrencies=(concurrency,), open_loads=())
+    run = run_one(replace(config, plan=plan, ceiling=False), arm, 0, 0, progress, tag=f"capacity-{_safe(arm.name)}")
+    phase = run["phases"].get(f"closed{concurrency}")
+    if not run["valid"] or phase is None:
+        raise RuntimeError(f"the capacity run of {arm.name} failed: {'; '.join(run['problems']) or 'no closed loop'}")
+    span = phase["window_end"] - phase["window_start"]
+    rate = sum(phase["ok"]) / span if span > 0 else 0.0
+    if rate <= 0:
+        raise RuntimeError(f"the capacity run of {arm.name} answered nothing")
+    return {"requests_per_s": rate, "measured": True, "arm": arm.name, "concurrency": concurrency,
+            "seconds": span, "log_file": run["log_file"]}  # fmt: skip
+
+
 def run_bench(config: BenchConfig) -> dict[str, Any]:
     """Run every trial and write the results; returns the results dict."""
     names = [arm.name for arm in config.arms]
@@ -423,9 +458,17 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     progress = Progress(len(orders) * len(config.arms), config.progress)
     try:
         with _pinned(config.client_cpus):
+            capacity: float | None = None
+            if config.plan.open_loads:
+                progress.phase("open-loop capacity", None)
+                results["open_capacity"] = measure_capacity(config, progress)
+                capacity = results["open_capacity"]["requests_per_s"]
+                progress.log(f"open loops: capacity {capacity:.1f} requests/s")
             for trial, order in enumerate(orders):
                 for position, arm in enumerate(order):
-                    run = run_one(config, arm, trial, position, progress, results["meta"]["worktree"]["files"])
+                    run = run_one(
+                        config, arm, trial, position, progress, results["meta"]["worktree"]["files"], capacity
+                    )
                     results["runs"].append(run)
                     if "error" in run.get("replay", {}):
                         results["warnings"].append(f"trial {trial + 1} {arm.name}: {run['replay']['error']}")

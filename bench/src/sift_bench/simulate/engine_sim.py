@@ -26,8 +26,11 @@ once it has had its seconds of the core around the loop's work (checked again
 when its end comes, as later reads may have pushed it). Latencies are then
 measured as the client sees them, from sending to receiving.
 
+An open loop's requests are all known at the start; with a shared loop each
+one takes its place in the loop's work when it is sent (a ``SEND`` event).
+
 Events at the same instant run in a fixed order (forward end, header arrival,
-admission, timer, early answer), then in scheduling order, so a run is
+admission, timer, early answer, send), then in scheduling order, so a run is
 deterministic. An early answer of a sub-forward decides nothing (the worker
 is busy until its batch ends).
 """
@@ -80,6 +83,8 @@ class EventKind(IntEnum):
     ADMISSION = 2
     WAKE = 3
     DELIVERY = 4
+    # An open loop's request, known from the start, reaching the shared loop when sent.
+    SEND = 5
 
 
 @dataclass(slots=True)
@@ -234,7 +239,7 @@ class EngineSim:
                 raise SimulationError(f"more than {self.max_events} events: the run does not end")
             self.now = event.time
             self._handle(event)
-            if event.kind is EventKind.DELIVERY:
+            if event.kind in (EventKind.DELIVERY, EventKind.SEND):
                 continue
             if event.kind is not EventKind.ARRIVAL or self.wake_on_header:
                 self._decide()
@@ -257,6 +262,12 @@ class EngineSim:
         heapq.heappush(self._heap, _Event(time, kind, self._seq, payload))
 
     def _accept(self, arrival: Arrival) -> None:
+        if self.loop is not None and self.client.kind == "open" and arrival.arrival > self.now:
+            # The loop does its work in order: a request of an open loop (all known at
+            # the start) takes its place in it when it is sent, not before the answers
+            # written meanwhile.
+            self._push(arrival.arrival, EventKind.SEND, arrival)
+            return
         if arrival.arrival < self.now:
             raise SimulationError(f"{arrival.request_id} arrives in the past ({arrival.arrival} < {self.now})")
         if arrival.request_id in self.requests:
@@ -288,6 +299,9 @@ class EngineSim:
             self._admit(event.payload)
         elif event.kind is EventKind.FORWARD_END:
             self._end_forward()
+        elif event.kind is EventKind.SEND:
+            assert isinstance(event.payload, Arrival)
+            self._accept(event.payload)
         elif event.kind is EventKind.DELIVERY:
             assert isinstance(event.payload, tuple)
             answered, work = event.payload

@@ -7,7 +7,7 @@ again and again; the simulator's ``adaptive-old`` arm shows it next to the
 server's rule.
 
 ``ArmScheduler``: the server's scheduler with some of its later rules off (no
-hold for a returning wave, no cut by length, no whole waves), so an arm shows
+hold for a returning wave, no cut by length, no whole waves, no open-loop backlog rule), so an arm shows
 what each rule adds. The server always runs all of them.
 """
 
@@ -40,7 +40,10 @@ class ArmScheduler(Scheduler):
     """The scheduler with rules turned off: ``wave_hold`` (hold for a returning wave
     where the forward's fixed cost says it pays), ``sub_forwards`` (cut batches into
     sub-forwards of similar length), ``whole_waves`` (under reliable returning waves,
-    run each batch past the load caps and answer it together)."""
+    run each batch past the load caps and answer it together), ``open_backlog`` (once
+    arrivals are known to be independent of answers, a batch under load takes all that
+    waits, in sub-forwards of the efficient size, each answered as it ends, and no burst
+    is held past ``max_hold``)."""
 
     def __init__(
         self,
@@ -51,9 +54,19 @@ class ArmScheduler(Scheduler):
         wave_hold: bool = True,
         sub_forwards: bool = True,
         whole_waves: bool = True,
+        open_backlog: bool = True,
     ) -> None:
         super().__init__(policy, config, queue_factory=queue_factory)
         self.wave_hold, self.sub_forwards, self.whole_wave_rule = wave_hold, sub_forwards, whole_waves
+        self.open_rules = open_backlog
+
+    @property
+    def independent_arrivals(self) -> bool:
+        return self.open_rules and super().independent_arrivals
+
+    @property
+    def open_backlog_rule(self) -> bool:
+        return self.open_rules and super().open_backlog_rule
 
     @property
     def holds_for_waves(self) -> bool:

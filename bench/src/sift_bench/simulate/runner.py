@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from sift_bench.simulate.engine_sim import EngineSim, PendingTime, SimPolicy
 from sift_bench.simulate.forward_model import ForwardPreset
 from sift_bench.simulate.metrics import Summary, summarize
-from sift_bench.simulate.scenarios import Family, TraceConfig, default_families
+from sift_bench.simulate.scenarios import Family, TraceConfig, closed_capacity_family, default_families
+from sift_bench.simulate.traces import Lengths
 from sift_server.engine.batch_queue import BatchQueue, Caps
 from sift_server.engine.policy import POLICIES, make_policy
 from sift_server.engine.scheduler import Scheduler, SchedulerConfig
@@ -32,10 +33,16 @@ SPLIT_WAVES = "adaptive-split"
 # Adaptive with the wave's horizon and hold bounded by a fixed max_hold (10 ms), as
 # before they scaled with the forward: a wave read over a longer span is cut.
 FIXED_HOLD = "adaptive-10ms"
+# The open loops' ideal: a batch forms from whatever waits when the forward frees
+# (no hold, no load caps, each sub-forward answered as it ends).
+IDEAL = "ideal"
+# Adaptive before the open-loop rule: independent users' backlog in batches at the load
+# caps, answered together.
+CAPPED = "adaptive-capped"
 if TYPE_CHECKING:  # an older revision's sift_server (a --rev arm's) has no shared_loop: import it where used
     from sift_bench.simulate.shared_loop import SharedLoop
 
-ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD)
+ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD, CAPPED, IDEAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +54,13 @@ class Arm:
     load_caps: bool = True
     sub_forwards: bool = True
     whole_waves: bool = True
+    open_backlog: bool = True
     # Share of a forward a hold for its wave may last (SchedulerConfig.wave_share); None: the default.
     wave_share: float | None = None
 
     def scheduler(self) -> Callable[..., Scheduler]:
         """The server's scheduler, or, where this arm turns rules off, the simulator's variant of it."""
-        if self.wave_hold and self.sub_forwards and self.whole_waves:
+        if self.wave_hold and self.sub_forwards and self.whole_waves and self.open_backlog:
             return Scheduler
         from sift_bench.simulate.old_rules import ArmScheduler
 
@@ -60,6 +68,7 @@ class Arm:
             "wave_hold": self.wave_hold,
             "sub_forwards": self.sub_forwards,
             "whole_waves": self.whole_waves,
+            "open_backlog": self.open_backlog,
         }
         return partial(ArmScheduler, **rules)
 
@@ -77,6 +86,10 @@ def make_arm(name: str, **policy_options: float) -> Arm:
         return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
     if name == SPLIT_WAVES:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), whole_waves=False)
+    if name == CAPPED:
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), open_backlog=False)
+    if name == IDEAL:
+        return Arm(name, lambda: make_policy("immediate", **policy_options), load_caps=False, whole_waves=False)
     if name == FIXED_HOLD:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), wave_share=0.0)
     return Arm(name, lambda: make_policy(name, **policy_options))
@@ -93,7 +106,9 @@ class Matrix:
 
 
 def families_for(matrix: Matrix, forward: ForwardPreset) -> list[Family]:
-    families = default_families(forward, matrix.caps, matrix.traces)
+    families = default_families(
+        forward, matrix.caps, matrix.traces, closed_rate=partial(closed_capacity, matrix, forward)
+    )
     if matrix.family_filter:
         families = [f for f in families if any(key in f.name for key in matrix.family_filter)]
     return families
@@ -109,6 +124,28 @@ def scheduler_config(matrix: Matrix, forward: ForwardPreset, arm: Arm) -> Schedu
         shared_core=shared_loop(forward) is not None,
     )
     return config if arm.wave_share is None else replace(config, wave_share=arm.wave_share)
+
+
+_CAPACITY: dict[tuple[object, ...], float] = {}
+
+
+def closed_capacity(matrix: Matrix, forward: ForwardPreset, lengths: Lengths) -> float:
+    """Requests/s of the engine (the ``adaptive`` arm, the server's rules) under a
+    closed loop of ``open_capacity_clients`` callers on ``lengths``: what the open
+    loops' loads are shares of, as ``sift bench`` scales them to a measured closed loop."""
+    key = (forward, matrix.caps, matrix.traces, matrix.pending_time, lengths)
+    if key not in _CAPACITY:
+        arm = make_arm("adaptive")
+        sim = EngineSim(
+            arm.policy(),
+            forward,
+            closed_capacity_family(matrix.traces, lengths),
+            config=scheduler_config(matrix, forward, arm),
+            pending_time=matrix.pending_time,
+            loop=shared_loop(forward),
+        )
+        _CAPACITY[key] = summarize(sim.run()).throughput
+    return _CAPACITY[key]
 
 
 def shared_loop(forward: ForwardPreset) -> SharedLoop | None:

@@ -15,9 +15,11 @@ from sift_bench.simulate.traces import (
     Lengths,
     bursts,
     closed_loop,
+    open_loop,
     poisson,
     sequential,
 )
+from sift_bench.workload.arrivals import ARRIVAL_KINDS, ArrivalKind
 from sift_server.engine.batch_queue import Caps
 
 
@@ -49,6 +51,13 @@ class TraceConfig:
     # A slow client (one core handling answers one by one, as an SDK in
     # Python does): its seconds per answer, for the closed loops on sentences.
     closed_client_cost: float = 0.0015
+    # Open loops (independent users) at these shares of the closed-loop capacity
+    # (``closed_capacity``: the engine's requests/s with ``open_capacity_clients``
+    # callers on the same lengths), Poisson and bursty, about ``open_requests`` each.
+    open_loads: tuple[float, ...] = (0.5, 0.65, 0.8, 0.9, 0.95)
+    open_kinds: tuple[ArrivalKind, ...] = ARRIVAL_KINDS
+    open_requests: int = 2000
+    open_capacity_clients: int = 32
 
 
 def family_seed(seed: int, name: str) -> int:
@@ -67,7 +76,26 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:g}ms"
 
 
-def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) -> list[Family]:
+def closed_capacity_family(config: TraceConfig, lengths: Lengths) -> Client:
+    """The closed loop whose throughput is the capacity the open loops are scaled to."""
+    return closed_loop(
+        config.open_capacity_clients,
+        config.closed_per_client,
+        config.closed_turnaround,
+        family_seed(config.seed, f"capacity-{lengths}"),
+        ingress=config.ingress,
+        lengths=lengths,
+    )
+
+
+def default_families(
+    forward: ForwardPreset,
+    caps: Caps,
+    config: TraceConfig,
+    closed_rate: Callable[[Lengths], float] | None = None,
+) -> list[Family]:
+    """The families of one forward model; ``closed_rate(lengths)``, the closed-loop
+    requests/s the open loops are scaled to (None: no open loops)."""
     families: list[Family] = []
 
     def add(name: str, kind: Kind, make: Callable[[], Client]) -> None:
@@ -140,4 +168,37 @@ def default_families(forward: ForwardPreset, caps: Caps, config: TraceConfig) ->
                     client_cost=client_cost,
                 ),
             )
+    if closed_rate is not None and config.open_loads:
+        open_text: Lengths = "sentences" if isinstance(forward, PaddedForward) else "fixed"
+        suffix = "" if open_text == "fixed" else f"-{open_text}"
+        for kind in config.open_kinds:
+            for load in config.open_loads:
+                name = f"open{round(load * 100)}-{kind}{suffix}"
+                add(
+                    name,
+                    "open",
+                    partial(
+                        _open_family,
+                        kind,
+                        load,
+                        partial(closed_rate, open_text),
+                        config.open_requests,
+                        family_seed(config.seed, name),
+                        config.ingress,
+                        open_text,
+                    ),
+                )
     return families
+
+
+def _open_family(
+    kind: ArrivalKind,
+    load: float,
+    capacity: Callable[[], float],
+    count: int,
+    seed: int,
+    ingress: float,
+    lengths: Lengths,
+) -> Client:
+    # The capacity is measured (a closed-loop run) only when an open family runs.
+    return open_loop(kind, load * capacity(), count, seed, ingress=ingress, lengths=lengths)

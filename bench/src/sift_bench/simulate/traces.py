@@ -19,10 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from sift_bench.workload.arrivals import ArrivalKind, open_schedule
+
 DEFAULT_INGRESS = 0.00015
 DEFAULT_COST = 12
 
-Kind = Literal["sequential", "bursts", "poisson", "replay", "closed"]
+Kind = Literal["sequential", "bursts", "poisson", "replay", "closed", "open"]
 # Text lengths of a closed loop: every text ``DEFAULT_COST`` tokens, user-like
 # ``mixed`` lengths, or ``sentences`` only (the bench's ``sentences`` workload).
 Lengths = Literal["fixed", "mixed", "sentences"]
@@ -365,3 +367,41 @@ def _replay(times: Iterable[float], queue: IngressQueue, warmup: float) -> Itera
 def replay(times: Iterable[float], ingress: float = DEFAULT_INGRESS, family: str = "replay") -> ReplayClient:
     """Fixed header-arrival times through the ingress queue."""
     return ReplayClient(arrivals=list(_replay(times, IngressQueue(ingress), -math.inf)), family=family)
+
+
+def open_loop(
+    kind: ArrivalKind,
+    rate: float,
+    count: int,
+    seed: int,
+    *,
+    ingress: float = DEFAULT_INGRESS,
+    lengths: Lengths = "sentences",
+    fixed_cost: int = DEFAULT_COST,
+    warmup_share: float = 0.05,
+) -> ReplayClient:
+    """Independent users at ``rate`` requests/s (``sift_bench.workload.arrivals``:
+    Poisson or bursty), about ``count`` requests, one text each of ``lengths``;
+    the first ``warmup_share`` of the time is not scored."""
+    duration = count / rate
+    times = open_schedule(kind, rate, duration, seed)
+    rng = random.Random(f"open-lengths:{seed}")
+    queue = IngressQueue(ingress)
+    arrivals = []
+    for index, t in enumerate(times):
+        if lengths == "sentences":
+            cost = sentence_cost(rng)
+        elif lengths == "mixed":
+            cost = mixed_cost(rng)
+        else:
+            cost = fixed_cost
+        arrivals.append(
+            Arrival(
+                request_id=f"o{index}",
+                arrival=t,
+                admission=queue.admit(t),
+                cost=cost,
+                scored=t >= warmup_share * duration,
+            )
+        )
+    return ReplayClient(arrivals=arrivals, family="open", kind="open")

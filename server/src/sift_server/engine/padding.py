@@ -67,3 +67,23 @@ def plan(costs: Sequence[int], fixed_tokens: float | None, class_growth: float =
         j = i
     groups.reverse()
     return groups
+
+
+def within(group: Sequence[int], costs: Sequence[int], budget: int) -> list[list[int]]:
+    """``group`` (indices into ``costs``) cut, in its order, into consecutive
+    pieces of at most ``budget`` token slots each (a row longer than the budget
+    runs alone): the efficient size of a forward on this model, which a large
+    batch of independent users' requests keeps per sub-forward."""
+    pieces: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in group:
+        width = max(longest, costs[index])
+        if current and (len(current) + 1) * width > budget:
+            pieces.append(current)
+            current, width = [], costs[index]
+        current.append(index)
+        longest = width
+    if current:
+        pieces.append(current)
+    return pieces

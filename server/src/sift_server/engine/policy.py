@@ -86,6 +86,8 @@ class SchedulerState:
     wave_allowance: float = 0.0
     # The scheduler's share of a forward a hold for its wave may last (``hold_bound``).
     wave_share: float = WAVE_SHARE
+    # Arrivals are known not to follow answers (engine.returns: an open loop).
+    independent_arrivals: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +342,9 @@ class AdaptivePolicy:
         # client spreads 32 requests over a hundred milliseconds): while its
         # arrivals keep coming within ``follow_gap`` of each other, only
         # ``max_burst_hold`` bounds the hold.
-        expecting = arrivals.unseen_followers > 0 or arrivals.expects_burst
+        # Independent users' clusters never stop "arriving" at a high rate: where arrivals are
+        # known independent (engine.returns), a burst is held at most ``max_hold`` like anything else.
+        expecting = (arrivals.unseen_followers > 0 or arrivals.expects_burst) and not state.independent_arrivals
         hold_until = lane.head_arrival + (max(self.max_hold, self.max_burst_hold) if expecting else self.max_hold)
         if now >= hold_until:
             return Dispatch(lane.lane, "max-wait")

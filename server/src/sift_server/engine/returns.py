@@ -77,6 +77,9 @@ class ReturnModel:
     min_size: int = 3
     alpha: float = 1e-2
     margin: float = 1.5
+    # Waves judged (at least ``min_size``, some arrival after them) before their
+    # shares can say that arrivals do not follow answers (``independent``).
+    min_judged: int = 4
     # Arrivals remembered for the background rate.
     rate_memory: int = 64
     # Waves still within ``horizon`` of their forward's end, oldest first: a
@@ -89,6 +92,8 @@ class ReturnModel:
     history: deque[float] = field(default_factory=deque)
     # When the latest return of a wave arrived.
     last_return: float = float("-inf")
+    # Of the recent waves that came back (too close together for chance), whether all of each did.
+    whole: deque[bool] = field(default_factory=deque)
 
     def forward_ended(self, now: float, completed: int, seconds: float = 0.0) -> None:
         """A forward that ran ``seconds`` ended at ``now`` and answered ``completed`` requests."""
@@ -133,6 +138,8 @@ class ReturnModel:
         spread = wave.last_delay - wave.first_delay
         returned = wave.seen >= 2 and poisson_tail(wave.seen - 1, self._rate() * spread) <= self.alpha
         self._remember(self.shares, wave.seen / wave.size if returned else 0.0)
+        if returned:
+            self._remember(self.whole, wave.seen == wave.size)
         if returned and wave.seen == wave.size:
             self._remember(self.delays, (wave.size, wave.last_delay))
 
@@ -151,6 +158,32 @@ class ReturnModel:
     @property
     def reliable(self) -> bool:
         return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
+
+    @property
+    def independent(self) -> bool:
+        """Arrivals do not follow answers: enough waves were judged and they do
+        not come back reliably (an open loop: users who do not wait for each
+        other's answers, whose arrivals after a forward are no more than chance,
+        or clusters of their own that happen to follow it)."""
+        judged = len(self.shares)
+        return judged >= self.min_judged and sum(self.shares) / judged < self.min_share
+
+    @property
+    def clearly_independent(self) -> bool:
+        """``independent`` on twice as many judged waves, and either at most ``1 -
+        min_share`` of the returns a closed loop would send came back, or fewer than
+        ``min_share`` of the waves that did come back came back whole. A slow
+        client's closed loop, before its waves are learned, has half of its waves
+        judged spread out (its shares' mean fell to 0.31-0.5 in the simulator), but
+        the others come back whole (at least 0.88 of them in every closed family);
+        Poisson arrivals stay near a share of 0, and bursty users' clusters that
+        follow a forward match its size only by chance."""
+        judged = len(self.shares)
+        if judged < 2 * self.min_judged or not self.independent:
+            return False
+        mean = sum(self.shares) / judged
+        whole = sum(self.whole) / len(self.whole) if self.whole else 1.0
+        return mean <= 1 - self.min_share or whole < self.min_share
 
     def allowance(self, wave: Wave) -> float:
         """How long after its forward ``wave`` may take to come back: ``margin``

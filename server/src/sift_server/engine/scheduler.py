@@ -302,16 +302,51 @@ class Scheduler:
         within ``wave_memory`` (a closed loop starting again: the clients of
         its early answers would come back and wait for the rest of the burst,
         then for a forward of their own). Otherwise a burst keeps early answers."""
-        if self._whole_wave(queue) or self._under_load(queue):
+        if self._whole_wave(queue):
             return True
+        if self._under_load(queue):
+            # Independent users gain nothing from waiting for the rest of the batch; a
+            # closed loop whose waves are not learned yet would fragment (the stricter test).
+            return not self.open_backlog_rule
         return self.whole_waves and now - self.waves.last_return <= self.config.wave_memory
+
+    @property
+    def independent_arrivals(self) -> bool:
+        """Arrivals do not follow answers (an open loop; ``ReturnModel.independent``).
+        A batch under load then takes everything waiting (within ``caps``) and runs it
+        in sub-forwards of at most the load caps' tokens (``_chunk_budget``), and the
+        policy holds no burst past ``max_hold`` (independent users' clusters keep
+        "arriving" at a high rate). The simulator's ``adaptive-capped`` arm turns
+        these rules off."""
+        return self.waves.independent
+
+    @property
+    def open_backlog_rule(self) -> bool:
+        """Arrivals are clearly independent of answers (``ReturnModel.clearly_independent``):
+        each sub-forward of a batch under load then answers as it ends. The stricter
+        test: a closed loop taken for an open one before its waves are learned would
+        fragment (its clients answered early come back mid-batch)."""
+        return self.waves.clearly_independent
+
+    def _open_backlog(self, queue: BatchQueue) -> bool:
+        """The lane's next batch is independent users' backlog, not a returning wave."""
+        return not self._whole_wave(queue) and self._under_load(queue) and self.independent_arrivals
 
     def _caps_for(self, queue: BatchQueue) -> Caps:
         if self._whole_wave(queue):
             return self.config.caps
         if self.config.load_caps is not None and not self.closing and self._under_load(queue):
-            return self.config.load_caps
+            # Independent users' backlog: capped batches leave the rest waiting a
+            # whole forward more, and near capacity the queue runs away (the cap is
+            # reached on every forward); the cap bounds each sub-forward instead.
+            return self.config.caps if self.independent_arrivals else self.config.load_caps
         return self.config.caps
+
+    def _chunk_budget(self, queue: BatchQueue) -> int | None:
+        """Token slots a sub-forward may hold (the efficient batch), for independent users' backlog."""
+        if self.config.load_caps is None or self.closing or not self._open_backlog(queue):
+            return None
+        return self.config.load_caps.max_cost
 
     def _room(self, queue: BatchQueue) -> int:
         """About how many more requests the lane's next batch could take."""
@@ -371,6 +406,7 @@ class Scheduler:
             wave_span=self.waves.scaled_span(loop) if outstanding else 0.0,
             wave_allowance=self.waves.margin * self.waves.span(loop) if outstanding else 0.0,
             wave_share=self.config.wave_share,
+            independent_arrivals=self.independent_arrivals,
         )
 
     def decide(self, now: float) -> Decision:
@@ -389,10 +425,14 @@ class Scheduler:
         if queue is None or not queue.pending:
             return None
         together = self._answers_together(queue, now)
+        budget = self._chunk_budget(queue)
         slices = queue.take(self._caps_for(queue))
         items = [(k, i) for k, piece in enumerate(slices) for i in range(piece.start, piece.stop)]
         costs = [slices[k].pending.item_costs[i] for k, i in items]
-        chunks = [[items[j] for j in group] for group in padding.plan(costs, self.cut_fixed_tokens)]
+        groups = padding.plan(costs, self.cut_fixed_tokens)
+        if budget is not None:
+            groups = [piece for group in groups for piece in padding.within(group, costs, budget)]
+        chunks = [[items[j] for j in group] for group in groups]
         batch = Batch(next(self._forward_ids), decision.lane, decision.reason, slices, now, chunks, together)
         self.running = batch
         self._running_answered_early = False
