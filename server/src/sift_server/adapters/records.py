@@ -140,6 +140,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             tasks=frozenset({"score"}),
         ),
         AdapterRecord(
+            name="openvino-genai",
+            target="sift_server.generation.adapter:GenerationAdapter",
+            tasks=frozenset({"generate"}),
+            backends=frozenset({"openvino"}),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),
