@@ -174,8 +174,8 @@ async def whole(run: Run, call: CallLike) -> tuple[str, str]:
 
 
 def admit(
-    state: ServerState,
-    model: str,
+    name: str,
+    adapter: GenerationAdapter,
     prompt_ids: list[int],
     wanted: Sampling,
     *,
@@ -183,7 +183,7 @@ def admit(
     request_id: str,
     started: float,
 ) -> Run:
-    name, adapter = generation_model(state, model)
+    """The generation, once its prompt fits the model's context with the answer asked for."""
     check_context(len(prompt_ids), wanted, adapter.limits, max_field=max_field)
     return Run(name, adapter, prompt_ids, wanted, request_id, started)
 
@@ -233,8 +233,8 @@ async def run_generate(state: ServerState, call: CallLike, request_id: str) -> A
         limits=adapter.limits,
     )
     run = admit(
-        state,
-        call.model,
+        name,
+        adapter,
         adapter.encode(body.prompt),
         wanted,
         max_field="max_new_tokens",
@@ -328,9 +328,7 @@ async def run_chat(state: ServerState, call: CallLike, request_id: str) -> Answe
         max_field=field_name,
     )
     prompt_ids = adapter.chat_ids(messages)
-    run = admit(
-        state, body.model, prompt_ids, wanted, max_field=field_name, request_id=request_id, started=call.started
-    )
+    run = admit(name, adapter, prompt_ids, wanted, max_field=field_name, request_id=request_id, started=call.started)
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     if not body.stream:
         text, finish = await whole(run, call)
@@ -393,8 +391,8 @@ async def run_completions(state: ServerState, call: CallLike, request_id: str) -
         max_field="max_tokens",
     )
     run = admit(
-        state,
-        body.model,
+        name,
+        adapter,
         adapter.encode(prompts[0]),
         wanted,
         max_field="max_tokens",
@@ -452,8 +450,8 @@ async def run_responses(state: ServerState, call: CallLike, request_id: str) -> 
         max_field="max_output_tokens",
     )
     run = admit(
-        state,
-        body.model,
+        name,
+        adapter,
         adapter.chat_ids(messages),
         wanted,
         max_field="max_output_tokens",
