@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sift_server.errors import InferenceError
+from sift_server.errors import InferenceError, ShuttingDown
 from sift_server.generation.engine import FinishReason, Step
 from sift_server.generation.params import Sampling
 
@@ -64,6 +64,7 @@ class OpenVinoEngine:
         self._ids = itertools.count()
         self._running: dict[int, _Request] = {}
         self._broken: str | None = None
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="openvino-genai", daemon=True)
         self._thread.start()
 
@@ -72,6 +73,8 @@ class OpenVinoEngine:
     async def generate(self, prompt_ids: Sequence[int], sampling: Sampling) -> AsyncGenerator[Step, None]:
         if self._broken is not None:
             raise InferenceError(f"The generation engine failed: {self._broken}")
+        if self._closed:
+            raise ShuttingDown("The generation model was unloaded; retry.")
         request = _Request(prompt_ids, sampling, asyncio.get_running_loop(), asyncio.Queue(), next(self._ids))
         self._inbox.put(request)
         try:
@@ -90,6 +93,7 @@ class OpenVinoEngine:
         return int(self._weights_bytes + self._kv_bytes)
 
     def close(self) -> None:
+        self._closed = True
         self._inbox.put(None)
         self._thread.join(timeout=30)
 
@@ -161,6 +165,10 @@ class OpenVinoEngine:
                 return
             for request in list(self._running.values()):
                 self._collect(request, og)
+        # Closed (the model evicted, the server stopped past its grace): whoever still waits is told.
+        for request in self._running.values():
+            self._post(request, ShuttingDown("The generation model was unloaded; retry."))
+        self._running.clear()
 
     def _collect(self, request: _Request, og: Any) -> None:
         handle = request.handle
