@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fixtures import parallel
-from tests.fixtures.parallel import COMPAT_SERVERS, SHARED_SERVERS, UnitTimes, longest_units_first, unit_of
+from tests.fixtures.parallel import (
+    COMPAT_SERVERS,
+    GENERATION_SERVERS,
+    SHARED_SERVERS,
+    UnitTimes,
+    longest_units_first,
+    unit_of,
+)
 
 TESTS = Path(__file__).parent
 
@@ -24,7 +31,7 @@ def test_a_test_belongs_to_its_modules_group_else_its_module() -> None:
 
 def test_every_module_of_a_package_with_shared_servers_is_in_its_group() -> None:
     # Their servers are package-scoped: a module outside the group would start them a second time.
-    for package, group in (("e2e", SHARED_SERVERS), ("compat", COMPAT_SERVERS)):
+    for package, group in (("e2e", SHARED_SERVERS), ("compat", COMPAT_SERVERS), ("generation", GENERATION_SERVERS)):
         modules = sorted((TESTS / package).glob("test_*.py"))
         assert modules
         for module in modules:

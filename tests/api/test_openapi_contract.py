@@ -61,12 +61,20 @@ def test_every_domain_error_is_a_documented_status_and_envelope(error: type[erro
         assert "X-SIE-Error-Code" in headers
 
 
+GENERATION = ("generate", "chat", "completions", "responses")
+
+
 async def test_the_documented_examples_are_answered_as_documented(app_client: Client) -> None:
     client, _ = app_client
     spec = (await client.get("/openapi.json")).json()
     for endpoint in endpoints.ENDPOINTS:
         operation = spec["paths"][endpoint.template]["post"]
-        body = dict(operation["requestBody"]["content"]["application/json"]["example"])
+        content = operation["requestBody"]["content"]["application/json"]
+        if endpoint.name in GENERATION:
+            # No example: the fuzz suite's catalogs serve no generation model (tests/generation does).
+            assert "example" not in content
+            continue
+        body = dict(content["example"])
         if "model" in body:
             body["model"] = TINY_EMBEDDER
         path = endpoint.path + TINY_EMBEDDER if endpoint.model_in_path else endpoint.path

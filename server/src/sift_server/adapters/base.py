@@ -37,7 +37,7 @@ __all__ = [
 
 # The tasks and input kinds a model can have: one definition, read by the catalog,
 # the adapter records (adapters/records.py) and /v1/models. A new one is added here.
-Task = Literal["encode", "score", "extract"]
+Task = Literal["encode", "score", "extract", "generate"]
 InputKind = Literal["text", "image", "document"]
 OverflowPolicy = Literal["truncate", "error"]
 ClassificationType = Literal["single-label", "multi-label"]

@@ -151,6 +151,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             backends=_ANY_RUNTIME,
         ),
         AdapterRecord(
+            name="openvino-genai",
+            target="sift_server.generation.adapter:GenerationAdapter",
+            tasks=frozenset({"generate"}),
+            backends=frozenset({"openvino"}),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),

@@ -172,6 +172,31 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "profiles": _OBJ,
         },
     ),
+    # The generation answers (generation/answers.py); with stream: true, server-sent events instead.
+    "GenerateAnswer": _open(
+        ["model", "text", "finish_reason", "usage"],
+        {"model": _STR, "text": _STR, "finish_reason": _STR, "usage": _OBJ},
+    ),
+    "ChatCompletion": _open(
+        ["id", "object", "created", "model", "choices", "usage"],
+        {"id": _STR, "object": _STR, "created": _INT, "model": _STR, "choices": {"type": "array"}, "usage": _OBJ},
+    ),
+    "TextCompletion": _open(
+        ["id", "object", "created", "model", "choices"],
+        {"id": _STR, "object": _STR, "created": _INT, "model": _STR, "choices": {"type": "array"}},
+    ),
+    "ResponseAnswer": _open(
+        ["id", "object", "created_at", "model", "status", "output", "usage"],
+        {
+            "id": _STR,
+            "object": _STR,
+            "created_at": _INT,
+            "model": _STR,
+            "status": _STR,
+            "output": {"type": "array"},
+            "usage": _OBJ,
+        },
+    ),
     "ModelList": _closed(["models"], {"models": {"type": "array", "items": ref("ModelInfo")}}),
 }
 
@@ -181,6 +206,10 @@ ANSWERS = {
     "extract": "ExtractAnswer",
     "embeddings": "EmbeddingsAnswer",
     "rerank": "RerankAnswer",
+    "generate": "GenerateAnswer",
+    "chat": "ChatCompletion",
+    "completions": "TextCompletion",
+    "responses": "ResponseAnswer",
 }
 
 # One request body each, in the document as the request's example (tests/fuzz sends them).

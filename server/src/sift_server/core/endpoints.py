@@ -18,6 +18,7 @@ from sift_server.core.embeddings import EmbeddingsBody
 from sift_server.core.envelopes import Envelope, native_envelope, openai_envelope
 from sift_server.core.rerank import RerankBody
 from sift_server.errors import SiftError
+from sift_server.generation.wire import ChatBody, CompletionsBody, GenerateBody, ResponsesBody
 from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
 
 Family = Literal["native", "openai"]
@@ -50,7 +51,16 @@ EMBEDDINGS = Endpoint("embeddings", "/v1/embeddings", EmbeddingsBody, "openai", 
 
 RERANK = Endpoint("rerank", "/v1/rerank", RerankBody, "openai", "Cohere-compatible rerank over any score model")
 
-ENDPOINTS: tuple[Endpoint, ...] = (ENCODE, SCORE, EXTRACT, EMBEDDINGS, RERANK)
+GENERATE = Endpoint(
+    "generate", "/v1/generate/", GenerateBody, "native", "Generate text from a prompt (SSE with stream)"
+)
+CHAT = Endpoint("chat", "/v1/chat/completions", ChatBody, "openai", "OpenAI-compatible chat completions")
+COMPLETIONS = Endpoint(
+    "completions", "/v1/completions", CompletionsBody, "openai", "OpenAI-compatible text completions"
+)
+RESPONSES = Endpoint("responses", "/v1/responses", ResponsesBody, "openai", "OpenAI-compatible responses (text)")
+
+ENDPOINTS: tuple[Endpoint, ...] = (ENCODE, SCORE, EXTRACT, EMBEDDINGS, RERANK, GENERATE, CHAT, COMPLETIONS, RESPONSES)
 
 NATIVE: tuple[Endpoint, ...] = tuple(e for e in ENDPOINTS if e.family == "native")
 NATIVE_PREFIXES: tuple[str, ...] = tuple(e.path for e in NATIVE if e.model_in_path)

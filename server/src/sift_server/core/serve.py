@@ -29,6 +29,7 @@ from sift_server.core.rerank import parse_rerank, rerank_answer, score_body
 from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError, TaskNotSupported
+from sift_server.generation import service as generation
 from sift_server.registry.registry import Registry
 from sift_server.service.common import Limits
 from sift_server.service.encode import encode
@@ -215,6 +216,24 @@ async def _rerank(state: ServerState, call: Call) -> Reply:
     return Reply(200, {"X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}, content)
 
 
+def _generation(
+    run: Callable[[ServerState, generation.CallLike, str], Awaitable[generation.Answer]],
+) -> Callable[[ServerState, Call], Awaitable[Reply]]:
+    """A generation route (generation/service.py): its answer whole, or streamed as
+    server-sent events; counted in the metrics like every route."""
+
+    async def serve(state: ServerState, call: Call) -> Reply:
+        try:
+            answer = await run(state, call, request_id_of(call.headers))
+        except SiftError as error:
+            state.metrics.count(call.model, call.endpoint.name, error.status)
+            raise
+        state.metrics.count(call.model, call.endpoint.name, 200, time.perf_counter() - call.started)
+        return Reply(answer.status, answer.headers, answer.body, answer.media_type)
+
+    return serve
+
+
 @dataclass(frozen=True, slots=True)
 class Serving:
     """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
@@ -231,4 +250,8 @@ SERVING: dict[str, Serving] = {
     "extract": Serving(_decode_native, _native(extract)),
     "embeddings": Serving(_decode_embeddings, _embeddings),
     "rerank": Serving(_decode_rerank, _rerank),
+    "generate": Serving(generation.decode_generate, _generation(generation.run_generate)),
+    "chat": Serving(generation.decode_chat, _generation(generation.run_chat)),
+    "completions": Serving(generation.decode_completions, _generation(generation.run_completions)),
+    "responses": Serving(generation.decode_responses, _generation(generation.run_responses)),
 }

@@ -1,0 +1,175 @@
+"""Time to first token and tokens/s of text generation at 1, 8 and 32 concurrent
+streams: OpenVINO GenAI's ContinuousBatchingPipeline alone, the same engine behind
+``sift serve`` (streamed /v1/completions over HTTP), and transformers' ``generate``
+one request at a time. docs/generation.md reports a run.
+
+    python bench/tools/generation_engines.py OUT_DIR [--streams 1,8,32] [--tokens 64]
+
+The model is a random Qwen2 (hidden 512, 8 layers) built offline with a fixed seed and
+exported with optimum-intel, so nothing is downloaded; its answers are noise, its
+cost per token is that of a ~25M-parameter decoder. Pin it with ``taskset``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+PROMPT = "The quick brown fox jumps over the lazy dog while " * 2
+
+
+def build(folder: Path) -> tuple[Path, Path]:
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from tests.fixtures.tiny_decoder import _vocab_size, build_tokenizer
+    from tests.fixtures.tiny_generator import CHATML, export_openvino
+
+    hf, ov = folder / "hf", folder / "ov"
+    if (ov / "openvino_model.xml").exists():
+        return hf, ov
+    hf.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(hf, append_eos=False)
+    tokenizer = AutoTokenizer.from_pretrained(hf)
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(hf)
+    config = Qwen2Config(
+        vocab_size=_vocab_size(), hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024, initializer_range=0.02,
+        tie_word_embeddings=True, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(7)
+    Qwen2ForCausalLM(config).eval().save_pretrained(hf)
+    export_openvino(hf, ov)
+    return hf, ov
+
+
+def summary(ttfts: list[float], tokens: int, wall: float, streams: int) -> dict[str, Any]:
+    return {
+        "streams": streams,
+        "ttft_ms_median": round(statistics.median(ttfts) * 1000, 1),
+        "tokens": tokens,
+        "tokens_per_s_total": round(tokens / wall, 1),
+        "tokens_per_s_per_stream": round(tokens / wall / streams, 1),
+    }
+
+
+def transformers_arm(hf: Path, n_tokens: int, requests: int = 4) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(hf)
+    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    ids = tokenizer(PROMPT, return_tensors="pt")
+    kwargs = {"do_sample": False, "min_new_tokens": n_tokens}
+    with torch.no_grad():
+        model.generate(**ids, max_new_tokens=2, **kwargs | {"min_new_tokens": 2})
+        ttfts, tokens, started = [], 0, time.perf_counter()
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            model.generate(**ids, max_new_tokens=1, do_sample=False)
+            ttfts.append(time.perf_counter() - t0)
+        started = time.perf_counter()
+        for _ in range(requests):
+            out = model.generate(**ids, max_new_tokens=n_tokens, **kwargs)
+            tokens += out.shape[1] - ids["input_ids"].shape[1]
+        wall = time.perf_counter() - started
+    return summary(ttfts, tokens, wall, 1)
+
+
+def engine_arm(ov: Path, n_tokens: int, streams: int) -> dict[str, Any]:
+    import numpy as np
+    import openvino as ov_runtime
+    import openvino_genai as og
+
+    from sift_server.generation.openvino_engine import FP32
+
+    scheduler = og.SchedulerConfig()
+    scheduler.cache_size = 1
+    scheduler.max_num_seqs = 32
+    pipe = og.ContinuousBatchingPipeline(str(ov), scheduler, "CPU", dict(FP32))
+    tokenizer = og.Tokenizer(str(ov))
+    ids = tokenizer.encode(PROMPT, add_special_tokens=True).input_ids.data
+    config = og.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = n_tokens
+    config.do_sample = False
+    for _ in range(2):  # warm-up, then the measured round
+        started = time.perf_counter()
+        handles = [pipe.add_request(i, ov_runtime.Tensor(np.asarray(ids)), config) for i in range(streams)]
+        first: dict[int, float] = {}
+        tokens = 0
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            for i, handle in enumerate(handles):
+                if handle.can_read():
+                    for output in handle.read().values():
+                        tokens += len(output.generated_ids)
+                    first.setdefault(i, time.perf_counter() - started)
+        wall = time.perf_counter() - started
+    return summary(list(first.values()), tokens, wall, streams)
+
+
+async def sift_arm(url: str, model: str, n_tokens: int, streams: int) -> dict[str, Any]:
+    import httpx
+
+    body = {"model": model, "prompt": PROMPT, "max_tokens": n_tokens, "stream": True, "temperature": 0}
+    body["stream_options"] = {"include_usage": True}
+
+    async def one(client: httpx.AsyncClient, started: float) -> tuple[float, int]:
+        first = 0.0
+        tokens = 0
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("choices") and not first:
+                    first = time.perf_counter() - started
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+        return first, tokens
+
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
+        await one(client, time.perf_counter())
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(client, started) for _ in range(streams)))
+        wall = time.perf_counter() - started
+    return summary([r[0] for r in results], sum(r[1] for r in results), wall, streams)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--streams", default="1,8,32")
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args()
+    hf, ov = build(args.out)
+    streams = [int(s) for s in args.streams.split(",")]
+    report: dict[str, Any] = {"transformers_one_at_a_time": transformers_arm(hf, args.tokens)}
+    report["engine_alone"] = [engine_arm(ov, args.tokens, s) for s in streams]
+    from tests.fixtures.server_process import start_server
+    from tests.fixtures.tiny_generator import catalog_entry
+
+    catalog = args.out / "catalog"
+    catalog.mkdir(exist_ok=True)
+    (catalog / "g.yaml").write_text(catalog_entry("bench/generator", ov))
+    serve_args = ["--catalog", str(catalog), "--preload", "bench/generator", "--torch-threads", "2"]
+    server = start_server(serve_args, args.out / "server.log")
+    try:
+        report["sift"] = [asyncio.run(sift_arm(server.url, "bench/generator", args.tokens, s)) for s in streams]
+    finally:
+        server.stop()
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

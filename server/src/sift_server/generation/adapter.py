@@ -1,0 +1,99 @@
+"""A generation model as the registry knows every model: an :class:`Adapter` that
+loads (so it counts in the memory budget, is listed in ``/v1/models`` and can be
+evicted), holding the model's tokenizer and its :class:`GenerationEngine`.
+
+Its folder is an OpenVINO IR export of a Hugging Face causal LM
+(``optimum-cli export openvino --task text-generation-with-past``, or optimum-intel's
+``main_export``): ``openvino_model.xml``/``.bin`` for the engine, the Hugging Face
+tokenizer files and ``config.json`` for Sift. The batching engine's ``prepare`` and
+``forward`` are not used: the generation engine batches itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
+from sift_server.errors import InvalidInput
+from sift_server.generation.engine import GenerationEngine
+from sift_server.generation.params import Limits
+
+DEFAULT_MAX_NEW_TOKENS_CAP = 4096
+DEFAULT_KV_CACHE_GIB = 1.0
+DEFAULT_MAX_SEQUENCES = 32
+
+
+class GenerationAdapter(Adapter):
+    transformers_models = False
+    loads_runtime_without_torch = True
+
+    def __init__(self, tokenizer: Any, engine: GenerationEngine, limits: Limits, runtime: Mapping[str, Any]) -> None:
+        self.tokenizer = tokenizer
+        self.engine = engine
+        self.limits = limits
+        self.info = AdapterInfo(
+            tasks=frozenset({"generate"}),
+            outputs=("text",),
+            max_sequence_length=limits.context_tokens,
+            runtime=runtime,
+        )
+
+    @classmethod
+    def load(cls, ctx: LoadContext) -> GenerationAdapter:
+        from transformers import AutoTokenizer
+
+        from sift_server.generation.openvino_engine import OpenVinoEngine
+
+        folder = ctx.path
+        if not (folder / "openvino_model.xml").exists():
+            raise ValueError(
+                f"{folder} holds no openvino_model.xml: export the model with "
+                "'optimum-cli export openvino --task text-generation-with-past' first"
+            )
+        config = json.loads((folder / "config.json").read_text())
+        context = ctx.max_sequence_length or int(config.get("max_position_embeddings", 2048))
+        options = ctx.options
+        limits = Limits(
+            context_tokens=context,
+            max_new_tokens_cap=int(options.get("max_new_tokens_cap", DEFAULT_MAX_NEW_TOKENS_CAP)),
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        engine = OpenVinoEngine(
+            folder,
+            threads=ctx.torch_threads,
+            kv_cache_gib=float(options.get("kv_cache_gib", DEFAULT_KV_CACHE_GIB)),
+            max_sequences=int(options.get("max_sequences", DEFAULT_MAX_SEQUENCES)),
+        )
+        runtime = {"engine": "openvino-genai", "pipeline": "ContinuousBatchingPipeline", "precision": "fp32"}
+        return cls(tokenizer, engine, limits, runtime)
+
+    # ---- tokens --------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """A raw prompt's ids, as the model's tokenizer makes them (no chat template)."""
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def chat_ids(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The messages rendered by the model's own chat template, ready for the answer."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidInput("This model has no chat template; use /v1/completions or /v1/generate.")
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    # ---- the adapter contract --------------------------------------------------
+
+    def prepare(self, task: TaskInput) -> Prepared:
+        raise InvalidInput("A generation model serves the generation routes only.")
+
+    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        raise InvalidInput("A generation model serves the generation routes only.")
+
+    def memory_bytes(self) -> int:
+        return self.engine.memory_bytes()
+
+    def close(self) -> None:
+        self.engine.close()

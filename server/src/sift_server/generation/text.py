@@ -1,0 +1,69 @@
+"""The answer's text as its tokens arrive: what can be sent now, and where a stop
+sequence ends it. Plain code over a ``decode`` function (the model's tokenizer).
+
+A token may end inside a UTF-8 character (byte-level vocabularies); its text is
+held back until the character completes, and so is any tail that could be the
+start of a stop sequence, so nothing sent is ever taken back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+Decode = Callable[[Sequence[int]], str]
+INCOMPLETE = "\ufffd"
+
+
+@dataclass(slots=True)
+class AnswerText:
+    decode: Decode
+    stops: tuple[str, ...] = ()
+    ids: list[int] = field(default_factory=list)
+    sent: int = 0  # characters of the decoded text already handed out
+    stopped: bool = False
+
+    def add(self, new_ids: Sequence[int]) -> str:
+        """Take the engine's next tokens; return the text that can be sent now
+        (empty when it must wait, or once a stop sequence was met)."""
+        if self.stopped:
+            return ""
+        self.ids.extend(new_ids)
+        text = self.decode(self.ids)
+        cut = self._stop_at(text)
+        if cut is not None:
+            self.stopped = True
+            return self._take(text[:cut])
+        safe = len(text) - self._held_back(text)
+        return self._take(text[:safe])
+
+    def finish(self) -> str:
+        """The rest, once the engine is done (an incomplete character stays as decoded)."""
+        if self.stopped:
+            return ""
+        text = self.decode(self.ids)
+        cut = self._stop_at(text)
+        return self._take(text if cut is None else text[:cut])
+
+    def _take(self, upto: str) -> str:
+        if len(upto) <= self.sent:
+            return ""
+        piece = upto[self.sent :]
+        self.sent = len(upto)
+        return piece
+
+    def _stop_at(self, text: str) -> int | None:
+        # Search from a little before what was sent: a stop sequence may straddle it.
+        start = max(0, self.sent - max((len(s) for s in self.stops), default=0))
+        found = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+        return min(found) if found else None
+
+    def _held_back(self, text: str) -> int:
+        held = 0
+        while held < len(text) and text[len(text) - 1 - held] == INCOMPLETE:
+            held += 1
+        for stop in self.stops:
+            for n in range(min(len(stop) - 1, len(text)), 0, -1):
+                if text.endswith(stop[:n]):
+                    held = max(held, n)
+                    break
+        return min(held, max(0, len(text) - self.sent))

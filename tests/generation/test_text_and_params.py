@@ -1,0 +1,111 @@
+"""The plain rules of generation: the answer's text as tokens arrive (held back across
+split characters and possible stop sequences, cut at a stop), and the checks of a
+request's sampling against a model's limits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.generation.params import Limits, check_context, sampling
+from sift_server.generation.text import AnswerText
+
+# A toy vocabulary: each id is one piece of text; 9 and 10 are halves of one character.
+PIECES = {1: "he", 2: "llo", 3: " wor", 4: "ld", 5: "END", 6: "E", 7: "ND", 8: "!", 9: "\xc3", 10: "\xa9"}
+
+
+def decode(ids: Sequence[int]) -> str:
+    raw = "".join(PIECES[i] for i in ids).encode("latin-1")
+    return raw.decode("utf-8", errors="replace")
+
+
+def feed(text: AnswerText, *steps: list[int]) -> list[str]:
+    return [text.add(step) for step in steps]
+
+
+def test_text_is_sent_as_it_comes_and_whole_at_the_end() -> None:
+    text = AnswerText(decode)
+    assert feed(text, [1], [2, 3], [4]) == ["he", "llo wor", "ld"]
+    assert text.finish() == ""
+
+
+def test_a_split_character_waits_for_its_second_half() -> None:
+    text = AnswerText(decode)
+    assert feed(text, [1], [9], [10]) == ["he", "", "é"]
+
+
+def test_a_stop_sequence_ends_the_text_before_it() -> None:
+    text = AnswerText(decode, ("END",))
+    assert feed(text, [1, 2], [5, 8]) == ["hello", ""]
+    assert text.stopped and text.finish() == ""
+
+
+def test_a_stop_sequence_over_two_steps_is_held_back_then_cut() -> None:
+    text = AnswerText(decode, ("END",))
+    assert feed(text, [1, 6], [7]) == ["he", ""]
+    assert text.stopped
+
+
+def test_a_held_back_prefix_that_is_no_stop_is_sent() -> None:
+    text = AnswerText(decode, ("END",))
+    assert feed(text, [1, 6], [8]) == ["he", "E!"]
+
+
+LIMITS = Limits(context_tokens=100, max_new_tokens_cap=50)
+
+
+def wanted(**given: object) -> object:
+    args: dict[str, object] = {
+        "max_new_tokens": 10,
+        "default_max_new_tokens": 16,
+        "temperature": None,
+        "top_p": None,
+        "seed": None,
+        "stop": None,
+        "grammar": None,
+        "limits": LIMITS,
+    }
+    return sampling(**{**args, **given})  # type: ignore[arg-type]
+
+
+def test_sampling_defaults_to_greedy() -> None:
+    chosen = sampling(
+        max_new_tokens=None,
+        default_max_new_tokens=16,
+        temperature=None,
+        top_p=None,
+        seed=None,
+        stop="x",
+        grammar=None,
+        limits=LIMITS,
+    )
+    assert chosen.greedy and chosen.max_new_tokens == 16 and chosen.stop == ("x",)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"max_new_tokens": 0}, {"max_new_tokens": 51}, {"temperature": 3.0}, {"top_p": 0.0}, {"stop": [""]}],
+)
+def test_out_of_range_sampling_is_refused(given: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        wanted(**given)
+
+
+def test_the_prompt_and_answer_must_fit_the_context() -> None:
+    chosen = sampling(
+        max_new_tokens=40,
+        default_max_new_tokens=16,
+        temperature=None,
+        top_p=None,
+        seed=None,
+        stop=None,
+        grammar=None,
+        limits=LIMITS,
+    )
+    check_context(60, chosen, LIMITS, max_field="max_tokens")
+    with pytest.raises(InvalidInput, match="at most 39"):
+        check_context(61, chosen, LIMITS, max_field="max_tokens")
+    with pytest.raises(InputTooLong):
+        check_context(100, chosen, LIMITS, max_field="max_tokens")
