@@ -66,6 +66,8 @@ async def test_the_documented_examples_are_answered_as_documented(app_client: Cl
     spec = (await client.get("/openapi.json")).json()
     for endpoint in endpoints.ENDPOINTS:
         operation = spec["paths"][endpoint.template]["post"]
+        if endpoint.media_type != "application/json":
+            continue  # a multipart form (transcriptions) has no JSON example: tests/api/test_transcription_route.py
         body = dict(operation["requestBody"]["content"]["application/json"]["example"])
         if "model" in body:
             body["model"] = TINY_EMBEDDER
