@@ -73,6 +73,8 @@ def main() -> None:
     ct2_dir = folder.parent / "ct2"
     TransformersConverter(str(folder)).convert(str(ct2_dir), quantization="float32", force=True)
     arms: dict[str, Any] = {"transformers generate fp32": hf}
+    # CTranslate2's Whisper writes at most half of ``max_length`` new tokens (as openai-whisper's
+    # sample_len, n_text_ctx // 2): 2 * TOKENS gives the same TOKENS as generate's.
     for compute in ("float32", "int8"):
         ct2 = ctranslate2.models.Whisper(
             str(ct2_dir), device="cpu", compute_type=compute, intra_threads=torch.get_num_threads()

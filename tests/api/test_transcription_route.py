@@ -72,7 +72,19 @@ def reference(whisper_dir: Path) -> Any:
     def generate(audio: bytes, **kwargs: Any) -> Any:
         with wave.open(io.BytesIO(audio)) as clip:
             samples = np.frombuffer(clip.readframes(clip.getnframes()), "<i2").astype(np.float32) / 32768.0
-        features = processor(samples, sampling_rate=16_000, return_tensors="pt").input_features
+        if samples.shape[0] > 30 * 16_000:  # long-form: the whole clip's features and their mask
+            inputs = processor(
+                samples,
+                sampling_rate=16_000,
+                return_tensors="pt",
+                truncation=False,
+                padding="longest",
+                return_attention_mask=True,
+            )
+            kwargs["attention_mask"] = inputs.attention_mask
+            features = inputs.input_features
+        else:
+            features = processor(samples, sampling_rate=16_000, return_tensors="pt").input_features
         if "prompt" in kwargs:
             kwargs["prompt_ids"] = torch.as_tensor(processor.get_prompt_ids(kwargs.pop("prompt"), return_tensors="pt"))
         with torch.inference_mode():
@@ -155,6 +167,19 @@ async def test_concurrent_clips_are_batched_and_answered_as_alone(client: Client
     want = [text(generate(clip)[0]) for clip in clips]
     answers = await asyncio.gather(*(post(http, clip) for clip in clips))
     assert [a.json()["text"] for a in answers] == want
+
+
+async def test_a_clip_over_30_s_is_transcribed_long_form_as_generate_does(client: Client, reference: Any) -> None:
+    http, _ = client
+    generate, text = reference
+    audio = wav_bytes(34.0, seed=11)
+    out = generate(audio, language="en", return_timestamps=True, return_segments=True)
+    response = await post(http, audio, language="en", response_format="verbose_json")
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["duration"] == 34.0 and answer["text"] == text(out["sequences"][0])
+    want = [(round(float(s["start"]), 2), [int(t) for t in s["tokens"]]) for s in out["segments"][0]]
+    assert want and [(s["start"], s["tokens"]) for s in answer["segments"]] == want
 
 
 @pytest.mark.parametrize(
