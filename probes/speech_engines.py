@@ -86,11 +86,11 @@ def main() -> None:
                 view,
                 [prompt] * batch,
                 beam_size=1,
-                max_length=TOKENS + len(prompt),
+                max_length=2 * TOKENS,
                 suppress_blank=True,
                 suppress_tokens=[],
             )
-            return [r.sequences_ids[0] for r in results]
+            return [r.sequences_ids[0][:TOKENS] for r in results]
 
         arms[f"CTranslate2 {compute}"] = run
 

@@ -226,6 +226,12 @@ async def test_a_too_long_file_is_refused_and_a_clip_in_flight_is_not_disturbed(
 
 async def test_other_models_and_bodies_answer_in_openai_words(client: Client) -> None:
     http, _ = client
+    listed = {m["name"]: m for m in (await http.get("/v1/models")).json()["models"]}
+    assert (listed[WHISPER]["tasks"], listed[WHISPER]["inputs"], listed[WHISPER]["outputs"]) == (
+        ["transcribe"],
+        ["audio"],
+        ["text"],
+    )
     embedder = await http.post(ROUTE, data={"model": TINY_EMBEDDER}, files={"file": ("a.wav", wav_bytes(0.2))})
     assert_openai(embedder, 400, "invalid_request")
     assert embedder.json()["error"]["param"] == "model"

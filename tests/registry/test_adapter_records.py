@@ -136,6 +136,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("colbert", ["encode", "score"], ["text"], ["multivector", "score"]),
         ("sparse-encoder", ["encode"], ["text"], ["sparse"]),
         ("gliner2", ["extract"], ["text"], ["json"]),
+        ("whisper", ["transcribe"], ["audio"], ["text"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(
