@@ -69,6 +69,8 @@ async def test_the_documented_examples_are_answered_as_documented(app_client: Cl
     spec = (await client.get("/openapi.json")).json()
     for endpoint in endpoints.ENDPOINTS:
         operation = spec["paths"][endpoint.template]["post"]
+        if endpoint.media_type != "application/json":
+            continue  # a multipart form (transcriptions) has no JSON example: tests/api/test_transcription_route.py
         content = operation["requestBody"]["content"]["application/json"]
         if endpoint.name in GENERATION:
             # No example: the fuzz suite's catalogs serve no generation model (tests/generation does).

@@ -176,7 +176,7 @@ async def test_openapi_describes_the_work_routes_from_the_table(app_client: Clie
     for endpoint in endpoints.ENDPOINTS:
         operation = spec["paths"][endpoint.template]["post"]
         assert operation["summary"] == endpoint.summary
-        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        body = operation["requestBody"]["content"][endpoint.media_type]["schema"]
         name = body["$ref"].rsplit("/", 1)[1]
         assert name == endpoint.schema.__name__ and name in spec["components"]["schemas"]
     assert "/v1/models" in spec["paths"]  # FastAPI's own routes stay documented

@@ -126,6 +126,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "sparse-encoder",
         "llm-reranker",
         "docling",
+        "whisper",
     }
 
 
@@ -137,6 +138,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("sparse-encoder", ["encode"], ["text"], ["sparse"]),
         ("gliner2", ["extract"], ["text"], ["json"]),
         ("bge-m3", ["encode", "score"], ["text"], ["dense", "sparse", "multivector", "score"]),
+        ("whisper", ["transcribe"], ["audio"], ["text"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(

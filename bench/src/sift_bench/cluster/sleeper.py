@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
+from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput, TranscribeTask
 
 SLEEPER_ADAPTER = "test-sleeper"
 DIMS = 4
@@ -40,7 +40,7 @@ class SleeperAdapter(Adapter):
         return cls(sleep_s, Path(marker) if marker else None, int(ctx.options.get("alloc_mb", 0)))
 
     def prepare(self, task: TaskInput) -> Prepared:
-        texts = list(task.texts)
+        texts = [] if isinstance(task, TranscribeTask) else list(task.texts)
         return Prepared(item_costs=[max(1, len(t.split())) for t in texts], compat_key="s", payload=texts)
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:

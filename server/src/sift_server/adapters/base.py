@@ -33,12 +33,13 @@ __all__ = [
     "ScoreTask",
     "Task",
     "TaskInput",
+    "TranscribeTask",
 ]
 
 # The tasks and input kinds a model can have: one definition, read by the catalog,
 # the adapter records (adapters/records.py) and /v1/models. A new one is added here.
-Task = Literal["encode", "score", "extract", "generate"]
-InputKind = Literal["text", "image", "document"]
+Task = Literal["encode", "score", "extract", "generate", "transcribe"]
+InputKind = Literal["text", "image", "document", "audio"]
 OverflowPolicy = Literal["truncate", "error"]
 ClassificationType = Literal["single-label", "multi-label"]
 
@@ -104,7 +105,23 @@ class ExtractTask:
     documents: Sequence[Document] = ()
 
 
-TaskInput = EncodeTask | ScoreTask | ExtractTask
+@dataclass(frozen=True, slots=True)
+class TranscribeTask:
+    """One audio file to transcribe. ``audio`` is the encoded file as sent; the
+    service's deferred decode (in the prep thread) fills ``samples``: mono float32
+    at the model's sampling rate, before ``prepare`` reads them."""
+
+    audio: bytes
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    # Segments with start and end times (verbose_json, srt, vtt) rather than text alone.
+    timestamps: bool = False
+    samples: Any = None  # numpy float32 array once decoded
+    sampling_rate: int = 16_000
+
+
+TaskInput = EncodeTask | ScoreTask | ExtractTask | TranscribeTask
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,6 +163,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             inputs=("document", "image"),
             weights_optional=True,
         ),
+        AdapterRecord(
+            name="whisper",
+            target="sift_server.adapters.whisper:WhisperAdapter",
+            tasks=frozenset({"transcribe"}),
+            inputs=("audio",),
+        ),
     )
 }
 

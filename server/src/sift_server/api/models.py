@@ -17,7 +17,7 @@ from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
 from sift_server.registry.registry import ModelRecord
 
-_TASK_OUTPUTS = {"score": ["score"], "extract": ["json"], "generate": ["text"]}
+_TASK_OUTPUTS = {"score": ["score"], "extract": ["json"], "generate": ["text"], "transcribe": ["text"]}
 
 
 def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:

@@ -11,7 +11,16 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from sift_server.api.openapi_contract import ANSWERS, REQUEST_EXAMPLES, SCHEMAS, WORK_ERRORS, errors, ref, served_paths
+from sift_server.api.openapi_contract import (
+    ANSWERS,
+    REQUEST_EXAMPLES,
+    SCHEMAS,
+    TEXT_ANSWERS,
+    WORK_ERRORS,
+    errors,
+    ref,
+    served_paths,
+)
 from sift_server.core.endpoints import ENDPOINTS, Endpoint
 
 _REF = "#/components/schemas/{name}"
@@ -33,7 +42,9 @@ _MSGPACK = (
 def _answer(endpoint: Endpoint) -> dict[str, Any]:
     schema = ref(ANSWERS[endpoint.name])
     if endpoint.family == "openai":
-        return {"description": "The embeddings", "content": {"application/json": {"schema": schema}}}
+        content: dict[str, Any] = {"application/json": {"schema": schema}}
+        content.update({media: {"schema": {"type": "string"}} for media in TEXT_ANSWERS.get(endpoint.name, ())})
+        return {"description": "The answer", "content": content}
     return {
         "description": "The answer: JSON when Accept asks for application/json only, else MessagePack"
         " (whose arrays are nd-maps, API.md §1.3)",
@@ -52,7 +63,7 @@ def _operation(endpoint: Endpoint, schema: dict[str, Any]) -> dict[str, Any]:
         "summary": endpoint.summary,
         "description": endpoint.summary + "." + ("" if endpoint.family == "openai" else _MSGPACK),
         "operationId": f"{endpoint.name}_post",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": schema, **_example(endpoint)}}},
+        "requestBody": {"required": True, "content": {endpoint.media_type: {"schema": schema, **_example(endpoint)}}},
         "responses": {"200": _answer(endpoint), **errors(WORK_ERRORS, envelope)},
     }
     if endpoint.model_in_path:
@@ -63,6 +74,11 @@ def _operation(endpoint: Endpoint, schema: dict[str, Any]) -> dict[str, Any]:
 def work_paths() -> tuple[dict[str, Any], dict[str, Any]]:
     """The work routes' path items and the component schemas they refer to."""
     bodies, components = msgspec.json.schema_components([e.schema for e in ENDPOINTS], ref_template=_REF)
+    for endpoint in ENDPOINTS:
+        if endpoint.media_type == "multipart/form-data":
+            # A form's file part is binary, not msgspec's base64 string.
+            fields = components[endpoint.schema.__name__]["properties"]
+            fields["file"] = {"type": "string", "format": "binary"}
     paths = {e.template: {"post": _operation(e, body)} for e, body in zip(ENDPOINTS, bodies, strict=True)}
     return paths, {**components, **SCHEMAS}
 

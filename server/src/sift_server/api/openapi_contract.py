@@ -198,6 +198,24 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
     ),
     "ModelList": _closed(["models"], {"models": {"type": "array", "items": ref("ModelInfo")}}),
+    # response_format json ({text, usage}) and verbose_json (with task, language, duration, segments).
+    "TranscriptionAnswer": _open(
+        ["text"],
+        {
+            "text": _STR,
+            "usage": _open(["type", "seconds"], {"type": _STR, "seconds": _NUM}),
+            "task": _STR,
+            "language": _STR,
+            "duration": _NUM,
+            "segments": {
+                "type": "array",
+                "items": _open(
+                    ["id", "start", "end", "text"],
+                    {"id": _INT, "start": _NUM, "end": _NUM, "text": _STR, "tokens": {"type": "array", "items": _INT}},
+                ),
+            },
+        },
+    ),
 }
 
 ANSWERS = {
@@ -210,6 +228,12 @@ ANSWERS = {
     "chat": "ChatCompletion",
     "completions": "TextCompletion",
     "responses": "ResponseAnswer",
+    "transcriptions": "TranscriptionAnswer",
+}
+
+# Answers in a text format besides JSON (response_format text, srt, vtt).
+TEXT_ANSWERS: dict[str, tuple[str, ...]] = {
+    "transcriptions": ("text/plain", "application/x-subrip", "text/vtt"),
 }
 
 # One request body each, in the document as the request's example (tests/fuzz sends them).

@@ -17,6 +17,7 @@ import msgspec
 from sift_server.core.embeddings import EmbeddingsBody
 from sift_server.core.envelopes import Envelope, native_envelope, openai_envelope
 from sift_server.core.rerank import RerankBody
+from sift_server.core.transcriptions import TranscriptionBody
 from sift_server.errors import SiftError
 from sift_server.generation.wire import ChatBody, CompletionsBody, GenerateBody, ResponsesBody
 from sift_server.wire.schemas import EncodeBody, ExtractBody, ScoreBody
@@ -33,6 +34,8 @@ class Endpoint:
     schema: type[msgspec.Struct]
     family: Family
     summary: str  # the OpenAPI summary
+    # How the body is sent (the OpenAPI entry's request content type).
+    media_type: str = "application/json"
 
     @property
     def model_in_path(self) -> bool:
@@ -60,7 +63,27 @@ COMPLETIONS = Endpoint(
 )
 RESPONSES = Endpoint("responses", "/v1/responses", ResponsesBody, "openai", "OpenAI-compatible responses (text)")
 
-ENDPOINTS: tuple[Endpoint, ...] = (ENCODE, SCORE, EXTRACT, EMBEDDINGS, RERANK, GENERATE, CHAT, COMPLETIONS, RESPONSES)
+TRANSCRIPTIONS = Endpoint(
+    "transcriptions",
+    "/v1/audio/transcriptions",
+    TranscriptionBody,
+    "openai",
+    "OpenAI-compatible audio transcription (Whisper)",
+    media_type="multipart/form-data",
+)
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    ENCODE,
+    SCORE,
+    EXTRACT,
+    EMBEDDINGS,
+    RERANK,
+    GENERATE,
+    CHAT,
+    COMPLETIONS,
+    RESPONSES,
+    TRANSCRIPTIONS,
+)
 
 NATIVE: tuple[Endpoint, ...] = tuple(e for e in ENDPOINTS if e.family == "native")
 NATIVE_PREFIXES: tuple[str, ...] = tuple(e.path for e in NATIVE if e.model_in_path)

@@ -27,6 +27,7 @@ from sift_server.core.endpoints import Endpoint
 from sift_server.core.envelopes import native_envelope, openai_envelope, render_json
 from sift_server.core.rerank import parse_rerank, rerank_answer, score_body
 from sift_server.core.state import ServerState
+from sift_server.core.transcriptions import parse_transcription, transcription_answer
 from sift_server.engine.ingress import IngressTicket
 from sift_server.errors import InvalidInput, SiftError, TaskNotSupported
 from sift_server.generation import service as generation
@@ -36,6 +37,7 @@ from sift_server.service.encode import encode
 from sift_server.service.extract import extract
 from sift_server.service.run import Outcome, RequestContext
 from sift_server.service.score import score
+from sift_server.service.transcribe import transcribe
 from sift_server.wire.negotiation import JSON_TYPE, MSGPACK_TYPE, request_format, response_format
 from sift_server.wire.schemas import EncodeBody, Item
 from sift_server.wire.sliced import decode_sliced, encode_sliced
@@ -234,6 +236,38 @@ def _generation(
     return serve
 
 
+async def _decode_transcription(call: Call) -> tuple[str, Any]:
+    body = await parse_transcription(call.body, call.headers.get("content-type"))
+    return body.model, body
+
+
+async def _transcriptions(state: ServerState, call: Call) -> Reply:
+    """A Whisper transcription, answered in the asked ``response_format``."""
+    ingress = call.ingress
+    model = ""
+    try:
+        _, body = await _decode_transcription(call)
+        model = body.model
+        if ingress is None:
+            ingress = state.registry.begin_ingress(body.model, call.started)
+        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
+        try:
+            outcome = await transcribe(state.registry, body, state.limits, ctx)
+        except TaskNotSupported as error:
+            raise InvalidInput(f"Model '{body.model}' does not transcribe audio.", param="model") from error
+    except SiftError as error:
+        state.metrics.count(model, call.endpoint.name, error.status)
+        raise
+    finally:
+        if ingress is not None:
+            ingress.end()
+    content, media_type = transcription_answer(body, outcome.text, outcome.segments, outcome.language, outcome.duration)
+    elapsed = time.perf_counter() - call.started
+    state.metrics.count(body.model, call.endpoint.name, 200, elapsed)
+    headers = {"X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id, **outcome.timing.headers(elapsed)}
+    return Reply(200, headers, content, media_type)
+
+
 @dataclass(frozen=True, slots=True)
 class Serving:
     """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
@@ -254,4 +288,5 @@ SERVING: dict[str, Serving] = {
     "chat": Serving(generation.decode_chat, _generation(generation.run_chat)),
     "completions": Serving(generation.decode_completions, _generation(generation.run_completions)),
     "responses": Serving(generation.decode_responses, _generation(generation.run_responses)),
+    "transcriptions": Serving(_decode_transcription, _transcriptions),
 }

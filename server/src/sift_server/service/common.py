@@ -13,6 +13,7 @@ from sift_server.adapters.base import OverflowPolicy, Task
 from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import InputTooLong, InvalidInput, TaskNotSupported
 from sift_server.registry.registry import ModelRecord, Registry
+from sift_server.service.audio import AudioLimits
 from sift_server.service.images import ImageLimits
 from sift_server.wire.schemas import Item
 
@@ -36,6 +37,7 @@ class Limits:
     max_item_bytes: int
     max_items: int
     images: ImageLimits = field(default_factory=ImageLimits)
+    audio: AudioLimits = field(default_factory=AudioLimits)
 
 
 def split_profile(model: str) -> tuple[str, str | None]:

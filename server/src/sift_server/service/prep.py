@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from sift_server.adapters.base import Adapter, ExtractTask, Prepared, ScoreTask, TaskInput
+from sift_server.adapters.base import Adapter, ExtractTask, Prepared, ScoreTask, TaskInput, TranscribeTask
 from sift_server.errors import ShuttingDown
 
 # Requests with at least this many characters to tokenize are prepared in the
@@ -23,6 +23,8 @@ DeferredDecode = Callable[[TaskInput], TaskInput]
 
 def task_chars(task: TaskInput) -> int:
     """Characters a preparation tokenizes (the instruction and query go with every item)."""
+    if isinstance(task, TranscribeTask):
+        return 0  # audio is always decoded in the prep thread (a deferred decode)
     shared = len(task.instruction or "")
     if isinstance(task, ScoreTask):
         shared += len(task.query)
