@@ -270,11 +270,19 @@ class Residency:
         return claim
 
     def _release_at(self, model: ModelState, now: float, busy: Collection[str]) -> float:
+        """When ``model`` is expected to have given its memory back (an estimate,
+        for Retry-After): a busy model at its turn's end, after a drain; an idle one
+        once its lingering use and the clients told to come back are over."""
         if model.phase == "unloading":
             return now + self.config.drain_s
         if model.phase == "resident" and not self.has_clients(model, now, busy):
             return now
-        return self.free_at(model, now, busy) + self.config.drain_s
+        turn_end = self.free_at(model, now, busy)
+        if model.name in busy:
+            return turn_end + self.config.drain_s
+        last_use = self._load_end(model, now) if model.phase == "loading" else model.last_used
+        expected = max(last_use + self.config.linger_s, model.promised_until + self.config.return_slack_s)
+        return max(now, min(turn_end, expected))
 
     # ---- what a waiting client hears -----------------------------------------
 
