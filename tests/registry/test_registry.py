@@ -355,7 +355,7 @@ async def test_a_model_just_loaded_keeps_its_memory_until_its_clients_told_to_co
     # Clients of a cold model sleep Retry-After between tries, so a model just
     # loaded looks idle; the clients it was promised keep it resident for them.
     now = [1000.0]
-    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, clock=lambda: now[0])
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, clock=lambda: now[0], return_slack_s=1.0)
     await reg.load_now("b")
     await reg.load_now("a")  # b evicted, both sizes known
     with pytest.raises(ModelLoading) as info:

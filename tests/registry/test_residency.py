@@ -12,7 +12,7 @@ import pytest
 from sift_server.registry.residency import Residency, ResidencyConfig
 
 MB = 2**20
-CONFIG = ResidencyConfig()  # min_turn 2 s, payback 1, linger 1 s, slack 1 s, drain 0.5 s
+CONFIG = ResidencyConfig(min_turn_s=2.0, payback=1.0, linger_s=1.0, return_slack_s=1.0, drain_s=0.5)
 
 
 def two_models(load_s: float = 2.0, config: ResidencyConfig = CONFIG) -> Residency:
@@ -153,8 +153,12 @@ def test_a_model_asked_for_while_it_unloads_waits_for_the_next_turn() -> None:
     assert policy.plan(3.0, {"a"}).unload == ("a",)
     policy.want("a", 3.1)
     wait = policy.refuse("a", 3.1, {"a"})
-    # b: drain 0.5 + load 2; its turn 2; drain 0.5; a's load 2: 7 s from now.
-    assert wait.kind == "memory" and wait.eta_s == pytest.approx(7.0) and "'b'" in wait.message
+    # b: drain 0.5 + load 2; then b is expected idle after linger (1 s; its turn, 2 s, bounds
+    # it); a's load 2 s: 5.5 s from now.
+    assert wait.kind == "memory" and wait.eta_s == pytest.approx(5.5) and "'b'" in wait.message
+    # b's clients are told to come back in 3 s (2.5 rounded up): b is kept for them (+ slack 1 s).
+    assert policy.refuse("b", 3.1, {"a"}).retry_after_s == 3
+    assert policy.refuse("a", 3.1, {"a"}).eta_s == pytest.approx(3.0 + 1.0 + 2.0)
 
 
 # ---- the issue's run, in simulated time ------------------------------------------------------
@@ -220,7 +224,7 @@ def run_alternating_clients(
 ) -> RunResult:
     """``clients`` closed-loop clients alternate between a and b; a refused request
     is retried after its Retry-After until answered (the SDK's way)."""
-    world = World(two_models(), load_s=load_s)
+    world = World(two_models(config=ResidencyConfig()), load_s=load_s)  # the defaults
     for state in world.policy.models.values():
         state.load_s = None  # never loaded: the policy assumes its default
     # (client, model, began) per pending request; clients start on alternating models.

@@ -47,10 +47,11 @@ class ResidencyConfig:
     min_turn_s: float = 2.0
     payback: float = 1.0
     # A model used this recently still has clients (a closed loop's next request comes sooner).
-    linger_s: float = 1.0
+    linger_s: float = 0.5
     # A client told to come back at t is expected by t + this.
-    return_slack_s: float = 1.0
-    # Load time assumed for a model that has not loaded yet in this process.
+    return_slack_s: float = 0.5
+    # Load time assumed for a model that has not loaded yet in this process, when no other
+    # model has either (otherwise the median of theirs).
     default_load_s: float = 2.0
     # Expected time for a model with clients to finish its running and queued forwards
     # (estimates only; the shell bounds the real drain with drain_grace_s).
@@ -310,9 +311,11 @@ class Residency:
         ahead: list[str] = [v.name for v in claim.victims]
         previous = head
         for waiter in queue[1 : queue.index(model) + 1]:
-            # It needs the memory of the one before it, after that one's turn.
+            # It needs the memory of the one before it: expected back as an idle holder's
+            # is (its clients come back, are served and go), at the latest after its turn.
             ahead.append(previous.name)
-            ready += self.turn_s(previous) + self.config.drain_s + self._load_estimate(waiter)
+            expected = max(ready + self.config.linger_s, previous.promised_until + self.config.return_slack_s)
+            ready = min(ready + self.turn_s(previous), expected) + self._load_estimate(waiter)
             previous = waiter
         swapping = model is head and model.phase == "cold" and all(v.phase == "unloading" for v in claim.victims)
         holders = tuple(dict.fromkeys(n for n in ahead if n != model.name))
@@ -339,7 +342,10 @@ class Residency:
         )
 
     def _load_estimate(self, model: ModelState) -> float:
-        return model.load_s if model.load_s is not None else self.config.default_load_s
+        if model.load_s is not None:
+            return model.load_s
+        known = sorted(m.load_s for m in self.models.values() if m.load_s is not None)
+        return known[len(known) // 2] if known else self.config.default_load_s
 
     def _load_end(self, model: ModelState, now: float) -> float:
         return max(now, model.load_started + self._load_estimate(model))
