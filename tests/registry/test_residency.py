@@ -65,7 +65,8 @@ def test_a_model_without_clients_gives_way_at_once() -> None:
     make_resident(policy, "a", 100.0)
     policy.want("b", 101.5)  # a was loaded 1.5 s ago, nobody used it since (linger 1 s)
     assert policy.plan(101.5, frozenset()).unload == ("a",)
-    assert policy.refuse("b", 101.5, frozenset()).kind == "loading"
+    wait = policy.refuse("b", 101.5, frozenset())
+    assert wait.kind == "loading" and wait.eta_s == pytest.approx(2.0)  # an idle release is quick: b's load
 
 
 def test_a_model_used_within_linger_keeps_its_turn_and_gives_way_when_it_ends() -> None:

@@ -255,7 +255,7 @@ class Residency:
         held = self.held_bytes() - own
         free = self.budget_bytes - held
         if waiter.bytes <= free or held == 0:
-            return _Claim([], now + self.config.drain_s if own else now)
+            return _Claim([], self._release_at(waiter, now, busy) if own else now)
         need = waiter.bytes - free
         holders = [m for m in self.models.values() if m is not waiter and m.phase != "cold"]
         # Memory already on its way back first, then the models whose turn ends first.
@@ -275,7 +275,8 @@ class Residency:
         for Retry-After): a busy model at its turn's end, after a drain; an idle one
         once its lingering use and the clients told to come back are over."""
         if model.phase == "unloading":
-            return now + self.config.drain_s
+            # An idle model's release is a collection; a busy one's waits for its forwards.
+            return now + (self.config.drain_s if model.name in busy else 0.0)
         if model.phase == "resident" and not self.has_clients(model, now, busy):
             return now
         turn_end = self.free_at(model, now, busy)
