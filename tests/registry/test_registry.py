@@ -1,4 +1,5 @@
-"""Loading on demand, load failures and least-recently-used eviction, with a fake loader."""
+"""Loading on demand, load failures, eviction and fair residency (the registry as the
+shell of registry/residency.py), with a fake loader."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
 from sift_server.engine.model_engine import ModelEngine
 from sift_server.engine.policy import ImmediatePolicy
-from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
+from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound, ResourceExhausted
 from sift_server.registry.catalog import Catalog, ModelSpec
 from sift_server.registry.registry import Registry
+from sift_server.registry.residency import ResidencyConfig
 
 MB = 2**20
 
@@ -58,8 +60,9 @@ def registry(
     names: tuple[str, ...] = ("a", "b", "c"),
     recent_use_s: float = 0.0,
     clock: Any = None,
+    **residency: Any,
 ) -> Registry:
-    """By default without the recent-use protection, so plain LRU order is tested."""
+    """By default without the recent-use protection (``linger_s``), so plain LRU order is tested."""
 
     def factory(spec: ModelSpec, adapter: Adapter, curve: object) -> ModelEngine:
         return ModelEngine(spec.name, adapter.forward, ImmediatePolicy())
@@ -70,7 +73,7 @@ def registry(
         factory,
         memory_budget_bytes=budget_mb * MB,
         loader=loader,
-        recent_use_s=recent_use_s,
+        residency=ResidencyConfig(linger_s=recent_use_s, **residency),
         backend_override=PINNED,
         **extra,
     )
@@ -87,7 +90,7 @@ async def test_cold_model_answers_loading_then_serves() -> None:
     reg = registry(loader)
     with pytest.raises(ModelLoading) as info:
         reg.ready_engine("a")
-    assert info.value.retry_after == 5
+    assert info.value.retry_after == 2  # the load time assumed before a first load
     assert reg.record("a").state == "loading"
     with pytest.raises(ModelLoading):
         reg.ready_engine("a")  # still loading: no second load started
@@ -276,43 +279,54 @@ async def test_an_evicted_model_is_freed_even_though_loads_freeze_the_heap() -> 
         gc.unfreeze()
 
 
-async def test_a_model_with_queued_work_is_not_evicted_for_one_that_is_loading() -> None:
+async def test_a_busy_model_keeps_its_memory_for_its_turn_then_finishes_its_work_before_it_gives_way() -> None:
+    now = [1000.0]
     gated = GatedAdapter(60 * MB)
-    reg = registry(lambda spec: gated if spec.name == "a" else FakeAdapter(60 * MB), budget_mb=100)
+    reg = registry(
+        lambda spec: gated if spec.name == "a" else FakeAdapter(60 * MB), budget_mb=100, clock=lambda: now[0]
+    )
     await reg.load_now("b")  # b's size is known from now on
-    await reg.load_now("a")  # b was idle: evicted
-    _, worker = reg.ready_engine("a")
-    running = worker.submit(Prepared([1], None, None), request_id="running")
+    await reg.load_now("a")  # b had no clients: it gave way at once
+    assert reg.record("b").state == "available"
+    _, engine = reg.ready_engine("a")
+    running = engine.submit(Prepared([1], None, None), request_id="running")
     await asyncio.to_thread(gated.entered.wait, 30)  # a forward in flight
-    ticket = worker.submit(Prepared([1], None, None), request_id="r")
-    with pytest.raises(ModelLoading, match="memory"):
+    queued = engine.submit(Prepared([1], None, None), request_id="queued")
+    # a's turn is min_turn_s (2 s; its load took no clock time): b waits for memory.
+    with pytest.raises(ResourceExhausted, match=r"waiting for memory.*'a'") as info:
         reg.ready_engine("b")
-    assert reg.record("b").state == "available"  # no load started
-    assert reg.record("a").state == "loaded" and reg.evictions == 1  # only b's, when a loaded
-    assert not ticket.future.done()
-    # Once a is idle, b loads and a is evicted.
-    ticket.future.cancel()
+    assert info.value.status == 503 and info.value.retry_after == 3  # turn end 2 s + drain 0.5 s + b's load 0 s
+    assert reg.record("b").state == "available" and reg.record("a").state == "loaded"
+    now[0] += 1.0
+    reg.replan()
+    assert reg.record("a").state == "loaded"  # still its turn
+    now[0] += 1.0
+    reg.replan()  # the turn is over: a drains (admits nothing new) and then gives way
+    assert reg.record("a").state == "unloading"
+    with pytest.raises(ModelLoading, match="'a' is finishing"):
+        reg.ready_engine("b")  # the swap for b is under way
+    with pytest.raises(ResourceExhausted, match="waiting for memory"):
+        reg.ready_engine("a")  # a's clients wait for b's turn
+    assert not gated.closed
     gated.gate.set()
-    await running.future
-    await asyncio.sleep(0)  # the forward's completion reaches the scheduler
-    with pytest.raises(ModelLoading):
-        reg.ready_engine("b")
+    assert len(await running.future) == 1 and len(await queued.future) == 1  # in-flight and queued work finished
+    await reg.record("a").unload_task  # type: ignore[misc]
+    assert gated.closed and not gated.closed_during_forward
     await reg.record("b").load_task  # type: ignore[misc]
-    assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
+    assert reg.record("b").state == "loaded" and reg.evictions == 2
     await reg.close(0)
 
 
-async def test_a_load_that_finds_the_budget_held_by_busy_models_gives_up_without_evicting() -> None:
+async def test_a_model_without_clients_gives_way_at_once() -> None:
     reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100)
     await reg.load_now("b")
     await reg.load_now("a")
-    _, worker = reg.ready_engine("a")
-    with pytest.raises(ModelLoading):
-        reg.ready_engine("b")  # a is idle now: b's load starts
-    reading = worker.ingress.begin(0.0)  # ...and a request for a arrives before the load makes room
-    await reg.record("b").load_task  # type: ignore[misc]
-    assert reg.record("a").state == "loaded" and reg.record("b").state == "available"
-    reading.end()
+    with pytest.raises(ModelLoading, match="is loading"):
+        reg.ready_engine("b")  # a is idle and was not used within linger_s (0 here)
+    assert reg.record("a").state == "unloading"
+    await reg.record("a").unload_task  # type: ignore[misc]
+    await reg.record("b").load_task  # type: ignore[misc]  # started when a's memory came back
+    assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
     await reg.close(0)
 
 
@@ -337,28 +351,31 @@ async def test_a_huge_unknown_model_name_is_answered_without_fuzzy_matching_it()
     assert len(info.value.message) < 1000  # and the name is not echoed whole
 
 
-async def test_two_models_that_do_not_fit_do_not_evict_each_other_while_clients_wait_out_retry_after() -> None:
+async def test_a_model_just_loaded_keeps_its_memory_until_its_clients_told_to_come_back_have_returned() -> None:
     # Clients of a cold model sleep Retry-After between tries, so a model just
-    # loaded (or just used) looks idle; it stays protected for recent_use_s.
+    # loaded looks idle; the clients it was promised keep it resident for them.
     now = [1000.0]
-    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, recent_use_s=10.0, clock=lambda: now[0])
-    await reg.load_now("b")  # b's size is known from now on
-    now[0] += 20.0
-    await reg.load_now("a")  # b unused for 20 s: evicted
-    assert reg.record("b").state == "available"
-    now[0] += 3.0  # a's clients are sleeping their Retry-After
-    with pytest.raises(ModelLoading, match="memory"):
-        reg.ready_engine("b")
-    assert reg.record("b").state == "available" and reg.record("a").state == "loaded"
-    reg.ready_engine("a")  # a is used again: protected for another 10 s
-    now[0] += 9.0
-    with pytest.raises(ModelLoading, match="memory"):
-        reg.ready_engine("b")
-    now[0] += 2.0  # 11 s since a's last use: b may take its place
-    with pytest.raises(ModelLoading, match="is loading"):
-        reg.ready_engine("b")
+    reg = registry(lambda spec: FakeAdapter(60 * MB), budget_mb=100, clock=lambda: now[0], return_slack_s=1.0)
+    await reg.load_now("b")
+    await reg.load_now("a")  # b evicted, both sizes known
+    with pytest.raises(ModelLoading) as info:
+        reg.ready_engine("b")  # a has no clients: it gives way, b loads
+    promised = info.value.retry_after
+    assert promised is not None and promised >= 1
+    await reg.record("a").unload_task  # type: ignore[misc]
     await reg.record("b").load_task  # type: ignore[misc]
-    assert reg.record("b").state == "loaded" and reg.record("a").state == "available"
+    with pytest.raises(ResourceExhausted, match=r"waiting for memory.*'b'"):
+        reg.ready_engine("a")  # b's clients are still sleeping their Retry-After
+    assert reg.record("b").state == "loaded"
+    now[0] += promised + 0.5
+    reg.replan()
+    assert reg.record("b").state == "loaded"  # within their slack
+    now[0] += 1.0  # promise + slack (1 s) and b's turn (2 s) are over; nobody used b
+    reg.replan()
+    assert reg.record("b").state in ("unloading", "available")
+    await reg.record("b").unload_task  # type: ignore[misc]
+    await reg.record("a").load_task  # type: ignore[misc]
+    assert reg.record("a").state == "loaded"  # the waiter loads without another request
     await reg.close(0)
 
 
@@ -379,7 +396,7 @@ async def test_a_load_in_progress_holds_its_share_of_the_budget() -> None:
     with pytest.raises(ModelLoading, match="is loading"):
         reg.ready_engine("b")  # b loads (held at the gate)
     await asyncio.sleep(0.05)
-    with pytest.raises(ModelLoading, match="memory"):
+    with pytest.raises(ResourceExhausted, match="memory"):
         reg.ready_engine("a")  # does not start a second load that cannot fit
     assert reg.record("a").state == "available"
     gate.set()

@@ -24,6 +24,7 @@ from sift_server.registry.catalog import Catalog, CatalogError, ModelSpec
 from sift_server.registry.deciding import ChildDecisions
 from sift_server.registry.loader import load_adapter
 from sift_server.registry.registry import AdapterLoader, Registry
+from sift_server.registry.residency import ResidencyConfig
 from sift_server.service.common import Limits
 from sift_server.service.images import ImageLimits
 from sift_server.service.prep import PrepThread
@@ -78,7 +79,9 @@ def build_state(
             cache_dir=settings.cache_dir,
         ),
         calibration=CurveRecords(settings.cache_dir, settings.rechoose_backend).curve if settings.calibrate else None,
-        recent_use_s=settings.evict_idle_s,
+        residency=ResidencyConfig(
+            linger_s=settings.evict_idle_s, payback=settings.swap_payback, min_turn_s=settings.min_turn_s
+        ),
         backend_override=settings.backend,
         # A loader given (tests) decides in a thread with it; the real one, in a child process.
         decisions=None

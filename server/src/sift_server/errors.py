@@ -77,6 +77,13 @@ class QueueTimeout(QueueFull):
     be an answer nobody waits for, so it is refused like a full queue."""
 
 
+class ResourceExhausted(SiftError):
+    """The model waits for memory held by models that are serving (their turn runs);
+    Retry-After says when it is expected to serve (registry/residency.py)."""
+
+    status, code, retry_after = 503, "RESOURCE_EXHAUSTED", 5
+
+
 class ShuttingDown(SiftError):
     status, code, retry_after = 503, "SHUTTING_DOWN", 5
 
@@ -103,9 +110,14 @@ class RequestCancelled(SiftError):
     status, code = 499, "CANCELLED"
 
 
+# The longest Retry-After a client waiting for a model is told (a longer wait comes
+# back for a fresh estimate); registry/residency.py computes the values up to it.
+MAX_WAIT_RETRY_AFTER_S = 15
+
 # The longest Retry-After the server ever sends (the drain answer uses
 # ShuttingDown's). The idle keep-alive timeout must be longer, so that a client
 # that waits exactly Retry-After never reuses a connection the server is closing.
 MAX_RETRY_AFTER_S = max(
-    cls.retry_after for cls in (ModelLoading, QueueFull, ShuttingDown) if cls.retry_after is not None
+    MAX_WAIT_RETRY_AFTER_S,
+    *(cls.retry_after for cls in (ModelLoading, QueueFull, ResourceExhausted, ShuttingDown) if cls.retry_after),
 )

@@ -256,7 +256,7 @@ _REASONS = {
     408: "The body did not arrive within the body timeout (REQUEST_TIMEOUT)",
     413: "The body is over the size limit (INPUT_TOO_LONG)",
     502: "The model failed to load (MODEL_LOAD_FAILED)",
-    503: "Not now (MODEL_LOADING, QUEUE_FULL, SHUTTING_DOWN, ...), with Retry-After",
+    503: "Not now (MODEL_LOADING, RESOURCE_EXHAUSTED, QUEUE_FULL, SHUTTING_DOWN, ...), with Retry-After",
 }
 WORK_ERRORS = (400, 401, 404, 408, 413, 502, 503)
 GATED_ERRORS = (401, 503)  # what the front door answers on every route but the probes

@@ -21,12 +21,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sift_server.engine.policy import AdaptivePolicy, TimedPolicy
 from sift_server.engine.scheduler import SchedulerConfig
 from sift_server.errors import MAX_RETRY_AFTER_S
-from sift_server.registry.registry import RECENT_USE_S
+from sift_server.registry.residency import ResidencyConfig
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 ENV_PREFIX = "SIFT_"
 _ADAPTIVE, _TIMED, _SCHEDULER = AdaptivePolicy(), TimedPolicy(), SchedulerConfig()
+_RESIDENCY = ResidencyConfig()
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, **constraints: Any) -> Any:
@@ -149,9 +150,17 @@ class EngineSettings(BaseModel):
 class MemorySettings(BaseModel):
     """How much the models may take, and where exported artifacts are kept."""
 
-    memory_budget_mb: int = setting(8_192, "Evict least recently used models above this.", ge=1)
-    # Its clients may be waiting out a Retry-After; 0 makes eviction plain least-recently-used.
-    evict_idle_s: float = setting(RECENT_USE_S, "A model used this recently is not evicted for another.", ge=0)
+    memory_budget_mb: int = setting(8_192, "Models that do not fit together take turns within this.", ge=1)
+    # How models share the budget: registry/residency.py, docs/models.md.
+    evict_idle_s: float = setting(
+        _RESIDENCY.linger_s, "A model used this recently still has clients (it keeps its turn).", ge=0
+    )
+    swap_payback: float = setting(
+        _RESIDENCY.payback, "A model with clients serves at least this many times its load time per turn.", ge=0
+    )
+    min_turn_s: float = setting(
+        _RESIDENCY.min_turn_s, "A model with clients keeps its memory at least this long per turn.", ge=0
+    )
     cache_dir: Path | None = setting(
         None, "Exported models and backend decisions (default $XDG_CACHE_HOME/sift/artifacts)."
     )

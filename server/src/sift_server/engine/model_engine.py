@@ -116,6 +116,8 @@ class ModelEngine:
         self._running: asyncio.Future[list[list[Any]] | None] | None = None
         self._emptied: asyncio.Event | None = None
         self._closing: asyncio.Task[None] | None = None
+        # What a request that comes after close hears (None: shutting down).
+        self._close_error: SiftError | None = None
         self._stopped = False
 
     @property
@@ -156,6 +158,7 @@ class ModelEngine:
         call it): later calls wait for the first one."""
         if self._closing is None:
             self.scheduler.close()  # admit nothing from here on
+            self._close_error = error
             self._closing = asyncio.ensure_future(self._close(grace_s, error))
         await asyncio.shield(self._closing)
 
@@ -196,6 +199,9 @@ class ModelEngine:
         now = self._clock()
         arrival = ingress.arrival if ingress is not None else now
         try:
+            if self._closing is not None and self._close_error is not None:
+                # Closed to give its memory to another model, not shutting down.
+                raise _copy(self._close_error)
             if self._stopped:
                 raise ShuttingDown("The server is shutting down and admits no new work.")
             key = str(next(self._ids))
@@ -402,3 +408,11 @@ class ModelEngine:
     def _fail(self, ticket: Ticket | None, error: SiftError) -> None:
         if ticket is not None and not ticket.future.done():
             ticket.future.set_exception(error)
+
+
+def _copy(error: SiftError) -> SiftError:
+    """A fresh instance of ``error`` (one instance raised for many requests would
+    gather their tracebacks)."""
+    copy = type(error)(error.message, **error.extra)
+    copy.retry_after = error.retry_after
+    return copy

@@ -1,8 +1,11 @@
-"""Loaded models: state, on-demand loading, least-recently-used eviction.
+"""Loaded models: state, on-demand loading, and the shell of fair residency.
 
-A model is ``available`` (in the catalog), ``loading``, ``loaded`` or
-``failed``. A request for a cold model starts a background load and is told
-to come back (503 MODEL_LOADING + Retry-After); a terminal failure is a 502.
+A model is ``available`` (in the catalog), ``loading``, ``loaded``, ``unloading``
+or ``failed``. A request for a model that does not serve is told to come back
+(503 + Retry-After): ``MODEL_LOADING`` while its load runs (or the memory it
+needs is being released for it), ``RESOURCE_EXHAUSTED`` while it waits for memory
+held by a model that is serving; a terminal failure is a 502. Which model holds
+the memory budget, and when it gives way, is ``residency.Residency``'s decision.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from typing import Any, Literal
 from sift_server.adapters.base import Adapter
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.model_engine import ModelEngine
-from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound
+from sift_server.errors import ModelLoadFailed, ModelLoading, ModelNotFound, ResourceExhausted, SiftError
 from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import MAX_MODEL_NAME_CHARS, Catalog, ModelSpec
 from sift_server.registry.loader import estimate_bytes, load_adapter
 from sift_server.registry.loras import LoraSet
+from sift_server.registry.residency import Residency, ResidencyConfig, Wait
 from sift_server.registry.switching import (
     Decisions,
     SwitchingAdapter,
@@ -41,14 +45,10 @@ log = logging.getLogger(__name__)
 # reference and the candidates it times in interleaved rounds).
 DECIDING_COPIES = 4
 
-# A model used (or loaded) this recently counts as serving and is not evicted
-# for another: its clients may be waiting out a Retry-After before they return.
-RECENT_USE_S = 2.0 * (ModelLoading.retry_after or 5)
-
 # Longer names are no model's: they get a short 404 without a suggestion.
 _MAX_NAME_CHARS = MAX_MODEL_NAME_CHARS
 
-State = Literal["available", "loading", "loaded", "failed"]
+State = Literal["available", "loading", "loaded", "unloading", "failed"]
 EngineFactory = Callable[[ModelSpec, Adapter, "Curve | None"], ModelEngine]
 AdapterLoader = Callable[[ModelSpec], Adapter]
 
@@ -84,6 +84,7 @@ class ModelRecord:
     curve: Curve | None = None
     loras: LoraSet | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    unload_task: asyncio.Task[None] | None = field(default=None, repr=False)
     # auto's backend decision running in the background after a load on the reference.
     decide_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -112,7 +113,7 @@ class Registry:
         loader: AdapterLoader = load_adapter,
         clock: Callable[[], float] = time.monotonic,
         calibration: Callable[[ModelSpec, Adapter], Curve | None] | None = None,
-        recent_use_s: float = RECENT_USE_S,
+        residency: ResidencyConfig | None = None,
         decide_in_background: bool = True,
         backend_override: str | None = None,
         decisions: Decisions | None = None,
@@ -126,14 +127,19 @@ class Registry:
         # Where auto's decisions are opened and made (None: in a thread of this
         # process, with ``loader``; ``deciding.ChildDecisions``: in a child process).
         self.decisions = decisions
-        self.recent_use_s = recent_use_s
         self.catalog = catalog
         self._engine_factory = engine_factory
         self._loader = loader
         self._clock = clock
         self.memory_budget_bytes = memory_budget_bytes
         self.records = {name: ModelRecord(spec) for name, spec in catalog.specs.items()}
+        self.residency = Residency(
+            memory_budget_bytes,
+            {name: self._expected_bytes(r) for name, r in self.records.items()},
+            residency or ResidencyConfig(),
+        )
         self.evictions = 0
+        self._wake: asyncio.TimerHandle | None = None
 
     # ---- lookup ----------------------------------------------------------
 
@@ -162,10 +168,12 @@ class Registry:
         return record.engine.ingress.begin(time.perf_counter() if arrival is None else arrival)
 
     def ready_engine(self, name: str) -> tuple[ModelRecord, ModelEngine]:
-        """The model's engine if loaded; otherwise start loading and raise."""
+        """The model's engine if loaded; otherwise ask for it (the residency plan may
+        start its load, or unload another model for it) and raise what is happening."""
         record = self.record(name)
         if record.state == "loaded" and record.engine is not None:
-            record.last_used = self._clock()
+            record.last_used = now = self._clock()
+            self.residency.used(name, now)
             return record, record.engine
         if record.state == "failed" and record.last_error is not None and record.last_error.permanent:
             err = record.last_error
@@ -175,49 +183,78 @@ class Registry:
                 attempts=err.attempts,
                 permanent=err.permanent,
             )
-        if record.load_task is None or record.load_task.done():
-            busy = self._room_blockers(self._expected_bytes(record), keep=name)
-            if busy:
-                # Never evict a model that is serving for one that is loading: the
-                # client comes back after Retry-After, when the others may be idle.
-                raise ModelLoading(
-                    f"Model '{name}' is waiting for memory: the budget is held by busy model(s) "
-                    f"{', '.join(busy)}; retry shortly."
-                )
-        self.start_loading(name)
-        raise ModelLoading(f"Model '{name}' is loading; retry shortly.")
+        self.residency.want(name, self._clock())
+        self.replan()
+        raise self._refusal(name)
+
+    def _refusal(self, name: str, *, promise: bool = True) -> SiftError:
+        wait = self.residency.refuse(name, self._clock(), self._busy(), promise=promise)
+        return refusal_error(wait)
+
+    def _busy(self) -> frozenset[str]:
+        """Models with a forward running or requests queued or being read."""
+        return frozenset(n for n, r in self.records.items() if r.engine is not None and r.engine.has_work)
+
+    # ---- the residency plan ----------------------------------------------
+
+    def replan(self) -> None:
+        """Ask the residency policy what to do now, and do it: unload models whose
+        turn is over (or that have no clients) for a waiting one, start the loads
+        that fit, and come back when the policy says."""
+        now = self._clock()
+        plan = self.residency.plan(now, self._busy())
+        for name in plan.unload:
+            self._start_unload(self.records[name], drain_s=self.residency.config.drain_grace_s)
+        for name in plan.load:
+            self._start_load(self.records[name])
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        if plan.wake_at is not None:
+            self._wake = asyncio.get_running_loop().call_later(max(0.0, plan.wake_at - now), self.replan)
 
     # ---- loading ---------------------------------------------------------
 
-    def start_loading(self, name: str) -> asyncio.Task[None]:
-        record = self.record(name)
+    def _start_load(self, record: ModelRecord) -> None:
         if record.load_task is None or record.load_task.done():
             record.state = "loading"
-            record.load_task = asyncio.get_running_loop().create_task(self._load(record), name=f"load-{name}")
-        return record.load_task
+            loop = asyncio.get_running_loop()
+            record.load_task = loop.create_task(self._load(record), name=f"load-{record.spec.name}")
 
     async def load_now(self, name: str) -> ModelRecord:
+        """Load the model and wait for it (preloads, workers' models). Models
+        without clients give way to it; if the budget is held by models that have
+        clients, it fails rather than wait for their turn."""
         record = self.record(name)
-        if record.state != "loaded":
-            await self.start_loading(name)
-        if record.state != "loaded":
-            if record.last_error is None:
-                # Not attempted: the budget is held by models that may not be evicted.
-                raise ModelLoadFailed(f"Model '{name}' does not fit the memory budget next to the busy models.")
-            raise ModelLoadFailed(f"Model '{name}' failed to load: {record.last_error.message}")
+        tried = False
+        while record.state != "loaded":
+            if record.state == "loading" and record.load_task is not None:
+                await record.load_task
+                tried = True
+                continue
+            if record.state == "unloading" and record.unload_task is not None:
+                await record.unload_task
+                continue
+            if tried:
+                message = record.last_error.message if record.last_error else "not loaded"
+                raise ModelLoadFailed(f"Model '{name}' failed to load: {message}")
+            self.residency.want(name, self._clock())
+            self.replan()
+            if record.state == "loading":
+                continue
+            releasing = [r.unload_task for r in self.records.values() if r.state == "unloading" and r.unload_task]
+            if releasing and self.residency.refuse(name, self._clock(), self._busy(), promise=False).kind == "loading":
+                await asyncio.gather(*releasing)
+                continue
+            self.residency.withdraw(name)
+            raise ModelLoadFailed(f"Model '{name}' does not fit the memory budget next to the busy models.")
+        # Measured larger than expected, it may have pushed others out: return within the budget.
+        await asyncio.gather(*(r.unload_task for r in self.records.values() if r.unload_task is not None))
         return record
 
     async def _load(self, record: ModelRecord) -> None:
         spec = record.spec
-        started = time.perf_counter()
-        expected = self._expected_bytes(record)
-        busy = self._room_blockers(expected, keep=spec.name)
-        if busy:
-            # They turned busy since the request that started this load.
-            record.state = "available"
-            log.info("model %s not loaded: the memory budget is held by busy model(s) %s", spec.name, busy)
-            return
-        await self._make_room(expected, keep=spec.name)
+        started = self._clock()
         first = first_spec(spec, self.backend_override) if self.decide_in_background else None
         try:
             recorded = None
@@ -238,6 +275,8 @@ class Registry:
             record.last_error = LoadError(error_class, f"{type(exc).__name__}: {exc}", attempts, permanent)
             record.state = "failed"
             log.error("loading model %s failed: %s", spec.name, exc)
+            self.residency.load_failed(spec.name)
+            self.replan()
             return
         if background:
             adapter = SwitchingAdapter(adapter, pending(adapter))
@@ -251,7 +290,8 @@ class Registry:
         record.state = "loaded"
         record.last_error = None
         record.last_used = self._clock()
-        record.load_seconds = time.perf_counter() - started
+        record.load_seconds = record.last_used - started
+        self.residency.loaded(spec.name, record.last_used, record.load_seconds, record.memory_bytes)
         # Weights live for the process: move them out of the collector's sight.
         gc.collect()
         gc.freeze()
@@ -271,7 +311,8 @@ class Registry:
             record.decide_task = asyncio.get_running_loop().create_task(
                 self._decide(record, adapter), name=f"decide-{spec.name}"
             )
-        await self._make_room(0, keep=spec.name)
+        # Its size is measured now: a model larger than expected may push others out.
+        self.replan()
 
     async def _decide(self, record: ModelRecord, serving: SwitchingAdapter) -> None:
         """Load the entry as ``auto`` chooses (exports, timing rounds) in a child
@@ -279,7 +320,7 @@ class Registry:
         ``serving`` to it between forwards and release what served first."""
         name = record.spec.name
         # While deciding, the budget counts the copies the decision holds next to the serving one.
-        record.memory_bytes = serving.memory_bytes() * (1 + DECIDING_COPIES)
+        self._set_memory(record, serving.memory_bytes() * (1 + DECIDING_COPIES))
         try:
             if self.decisions is not None:
                 decided = await self.decisions.decide(record.spec)
@@ -287,7 +328,7 @@ class Registry:
                 decided = await in_low_priority_thread(self._loader, record.spec)
         except Exception as exc:
             if record.adapter is serving:
-                record.memory_bytes = serving.memory_bytes()
+                self._set_memory(record, serving.memory_bytes())
             where = serving_on(serving)
             log.warning("model %s: the backend decision failed (%s); it stays on %s", name, exc, where)
             serving.settle(f"failed ({type(exc).__name__}: {str(exc)[:200]}); stays on {where}")
@@ -297,7 +338,8 @@ class Registry:
             return
         old = await asyncio.to_thread(serving.switch, decided)
         old.close()
-        record.memory_bytes = record.known_bytes = serving.memory_bytes()
+        record.known_bytes = serving.memory_bytes()
+        self._set_memory(record, record.known_bytes)
         log.info("%s", describe_switch(name, old, decided))
         del old
         release_memory()
@@ -311,68 +353,45 @@ class Registry:
     def loaded_bytes(self) -> int:
         return sum(r.memory_bytes for r in self.records.values() if r.state == "loaded")
 
-    def is_busy(self, record: ModelRecord) -> bool:
-        """Serving: a forward running, requests queued or being read, or a use
-        within ``recent_use_s`` (its clients may be between retries)."""
-        engine = record.engine
-        if engine is None:
-            return False
-        if engine.has_work:
-            return True
-        return self._clock() - record.last_used < self.recent_use_s
+    def _set_memory(self, record: ModelRecord, size: int) -> None:
+        record.memory_bytes = size
+        if record.state == "loaded":
+            self.residency.set_bytes(record.spec.name, size)
 
     def _expected_bytes(self, record: ModelRecord) -> int:
         return max(estimate_bytes(record.spec), record.known_bytes)
 
-    def _loading_bytes(self, keep: str) -> int:
-        """What the other loads in progress will take."""
-        return sum(
-            self._expected_bytes(r) for r in self.records.values() if r.state == "loading" and r.spec.name != keep
+    def _start_unload(self, record: ModelRecord, *, drain_s: float, error: SiftError | None = None) -> None:
+        record.state = "unloading"
+        record.unload_task = asyncio.get_running_loop().create_task(
+            self._unload(record, drain_s, error), name=f"unload-{record.spec.name}"
         )
-
-    def _evictable(self, keep: str) -> list[ModelRecord]:
-        return [r for r in self.records.values() if r.state == "loaded" and r.spec.name != keep and not self.is_busy(r)]
-
-    def _room_blockers(self, incoming: int, *, keep: str) -> list[str]:
-        """Busy models that keep ``incoming`` bytes from fitting even after every
-        idle model is evicted (empty when it fits)."""
-        needed = self.loaded_bytes() + self._loading_bytes(keep) + incoming - self.memory_budget_bytes
-        if needed <= 0 or sum(r.memory_bytes for r in self._evictable(keep)) >= needed:
-            return []
-        return sorted(
-            r.spec.name
-            for r in self.records.values()
-            if r.spec.name != keep and (r.state == "loading" or (r.state == "loaded" and self.is_busy(r)))
-        )
-
-    async def _make_room(self, incoming: int, *, keep: str) -> None:
-        """Evict idle models, least recently used first, until ``incoming`` fits
-        the budget. Busy models are never evicted: a model whose size was unknown
-        before its first load may leave the budget exceeded until they are idle."""
-        while self.loaded_bytes() + incoming > self.memory_budget_bytes:
-            victims = self._evictable(keep)
-            if not victims:
-                log.warning(
-                    "memory budget exceeded (%.0f MiB loaded + %.0f MiB incoming > %.0f MiB): the others are busy",
-                    self.loaded_bytes() / 2**20,
-                    incoming / 2**20,
-                    self.memory_budget_bytes / 2**20,
-                )
-                return
-            await self.evict(min(victims, key=lambda r: r.last_used).spec.name)
 
     async def evict(self, name: str) -> None:
+        """Unload the model now: requests still queued are told to retry, a running
+        forward finishes first."""
         record = self.record(name)
+        if record.state == "loaded":
+            self.residency.begin_unload(name)
+            evicted = ModelLoading(f"Model '{name}' was evicted; retry to reload it.")
+            self._start_unload(record, drain_s=0.0, error=evicted)
+        if record.unload_task is not None:
+            await record.unload_task
+
+    async def _unload(self, record: ModelRecord, drain_s: float, error: SiftError | None) -> None:
+        """Admit nothing new; let queued and running forwards finish within
+        ``drain_s`` (what is left gets the model's wait, or ``error``); then release."""
+        name = record.spec.name
         engine, adapter = record.engine, record.adapter
+        if engine is not None:
+            leftover = error or self._refusal(name, promise=False)
+            await engine.close(drain_s, leftover)
+            # A forward still running in its thread uses the weights: release them after it.
+            await engine.forward_finished()
         record.state, record.engine, record.adapter, record.memory_bytes = "available", None, None, 0
         record.loras = None
         self.evictions += 1
         # A decision still running finds the record changed and drops its result.
-        if engine is not None:
-            # Queued requests are told to come back; the model reloads on demand.
-            await engine.close(0.0, ModelLoading(f"Model '{name}' was evicted; retry to reload it."))
-            # A forward still running in its thread uses the weights: release them after it.
-            await engine.forward_finished()
         if adapter is not None:
             adapter.close()
         del engine, adapter
@@ -381,9 +400,14 @@ class Registry:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
+        self.residency.set_bytes(name, self._expected_bytes(record))
+        self.residency.released(name)
         log.info("evicted model %s", name)
+        self.replan()
 
     async def close(self, grace_s: float) -> None:
+        if self._wake is not None:
+            self._wake.cancel()
         # A decision still running is dropped (its child process is ended with it).
         deciding = [r.decide_task for r in self.records.values() if r.decide_task is not None]
         for task in deciding:
@@ -391,3 +415,10 @@ class Registry:
         await asyncio.gather(*deciding, return_exceptions=True)
         engines = [r.engine for r in self.records.values() if r.engine is not None]
         await asyncio.gather(*(w.close(grace_s) for w in engines))
+
+
+def refusal_error(wait: Wait) -> SiftError:
+    """The contract's 503 for a client of a model that does not serve yet."""
+    error: SiftError = ModelLoading(wait.message) if wait.kind == "loading" else ResourceExhausted(wait.message)
+    error.retry_after = wait.retry_after_s
+    return error
