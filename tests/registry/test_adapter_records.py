@@ -125,7 +125,10 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "sparse-encoder",
         "llm-reranker",
         "docling",
+        "owlv2",
+        "grounding-dino",
     }
+    assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
 
 
 @pytest.mark.parametrize(
@@ -135,6 +138,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("colbert", ["encode", "score"], ["text"], ["multivector", "score"]),
         ("sparse-encoder", ["encode"], ["text"], ["sparse"]),
         ("gliner2", ["extract"], ["text"], ["json"]),
+        ("owlv2", ["extract"], ["image"], ["json"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(
