@@ -215,3 +215,33 @@ async def test_the_app_answers_the_recorded_objects_and_refuses_text_items(
             listed = (await client.get(f"/v1/models/{model}")).json()
             assert listed["inputs"] == ["image"], listed
             assert listed["tasks"] == ["extract"], listed
+
+
+def test_owlv2_loads_after_the_lean_import_of_transformers(folders: dict[str, Path]) -> None:
+    """A serving process imports transformers with SciPy hidden (adapters/_lean_imports.py);
+    OWLv2's image processor still resizes with it (a fresh process, as a server starts)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from sift_server.adapters._lean_imports import import_transformers_models\n"
+        "import_transformers_models()\n"
+        "from sift_server.adapters.base import ExtractTask, LoadContext\n"
+        "from sift_server.adapters.detection import Owlv2Adapter\n"
+        "from PIL import Image\n"
+        "ctx = LoadContext(path=Path(sys.argv[1]), options={'device': 'cpu'},"
+        " max_sequence_length=None, torch_threads=1)\n"
+        "adapter = Owlv2Adapter.load(ctx)\n"
+        "task = ExtractTask(texts=[''], labels=('cat',), images=[(Image.new('RGB', (20, 10)),)])\n"
+        "print(adapter.prepare(task).payload.images[0].pixels.shape)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folders[TINY_OWLV2])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("(3, 32, 32)")

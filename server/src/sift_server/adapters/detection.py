@@ -36,6 +36,7 @@ from sift_server.adapters._detection_rules import (
     shrunk_size,
 )
 from sift_server.adapters._extract_common import catalog_threshold, extract_item, resolve_labels
+from sift_server.adapters._lean_imports import recheck_hidden_packages
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InvalidInput
@@ -171,6 +172,9 @@ class Owlv2Adapter(_DetectionAdapter):
 
     @classmethod
     def load(cls, ctx: LoadContext) -> Owlv2Adapter:
+        # Its image processor needs SciPy (checked when its module is imported, and at
+        # every resize), which the lean import of transformers hid: look again first.
+        recheck_hidden_packages()
         import torch
         from transformers import Owlv2ForObjectDetection, Owlv2Processor
         from transformers.models.owlv2.image_processing_pil_owlv2 import Owlv2ImageProcessorPil
