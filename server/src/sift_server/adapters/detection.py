@@ -124,7 +124,7 @@ class _DetectionAdapter(Adapter):
     def _request(self, task: ExtractTask, text: tuple[str, ...], threshold: float, text_threshold: float) -> Prepared:
         images = [self._process(image) for image in _first_images(task)]
         request = DetectionRequest(images, tuple(task.labels), text, threshold, text_threshold)
-        # One image costs what its vision tower reads: its pixels over a patch's.
+        # An image costs its processed pixels over 64 (what its vision tower reads grows with them).
         costs = [int(image.pixels.shape[1] * image.pixels.shape[2]) // 64 or 1 for image in images]
         return Prepared(item_costs=costs, compat_key=(self.family, text), payload=request)
 
