@@ -22,6 +22,12 @@ from tests.adapters.parity.m3_cases import entry as m3_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
 from tests.fixtures.tiny_decoder import build_tiny_qwen3_embedder, build_tiny_qwen3_reranker
+from tests.fixtures.tiny_detection import (
+    TINY_GROUNDING_DINO,
+    TINY_OWLV2,
+    build_tiny_grounding_dino,
+    build_tiny_owlv2,
+)
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 from tests.fixtures.tiny_m3 import build_tiny_m3
@@ -43,7 +49,7 @@ KEY = "s3cret"
 RERANK, NER, SPARSE = "tiny/reranker", "tiny/gliner", "tiny/sparse"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
 CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER, M3_MODEL)
-EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL)
+EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO)
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
 
@@ -77,6 +83,10 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "clip": _entry(TINY_CLIP, "clip", build_tiny_clip(root / "clip"), "encode", "backend: torch\n"),
         "sparse": _entry(SPARSE, "sparse-encoder", build_tiny_sparse_encoder(root / "sparse"), "encode"),
         "siglip": _entry(TINY_SIGLIP, "clip", build_tiny_siglip(root / "siglip"), "encode", "backend: torch\n"),
+        "owlv2": _entry(TINY_OWLV2, "owlv2", build_tiny_owlv2(root / "owlv2"), "extract"),
+        "grounding-dino": _entry(
+            TINY_GROUNDING_DINO, "grounding-dino", build_tiny_grounding_dino(root / "gd"), "extract"
+        ),
     }
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))

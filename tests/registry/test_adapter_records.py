@@ -127,7 +127,10 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "llm-reranker",
         "docling",
         "whisper",
+        "owlv2",
+        "grounding-dino",
     }
+    assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
 
 
 @pytest.mark.parametrize(
@@ -139,6 +142,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("gliner2", ["extract"], ["text"], ["json"]),
         ("bge-m3", ["encode", "score"], ["text"], ["dense", "sparse", "multivector", "score"]),
         ("whisper", ["transcribe"], ["audio"], ["text"]),
+        ("owlv2", ["extract"], ["image"], ["json"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(

@@ -45,3 +45,13 @@ def import_transformers_models() -> None:
             for name in HIDDEN:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
+
+
+def recheck_hidden_packages() -> None:
+    """Let transformers look for ``HIDDEN`` again: the lean import left it answering
+    "absent" for the life of the process, which OWLv2's image processor (its PIL path
+    resizes with ``scipy.ndimage``) reads at every call. Its adapter calls this at load."""
+    from transformers.utils import import_utils
+
+    for check in (import_utils.is_scipy_available, import_utils.is_sklearn_available):
+        check.cache_clear()

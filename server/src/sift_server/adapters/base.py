@@ -103,6 +103,9 @@ class ExtractTask:
     output_schema: Mapping[str, Any] | None = None
     # Document models: the items' documents, checked and counted (service/documents.py).
     documents: Sequence[Document] = ()
+    # Image models (records with "image" in ``inputs``): per item, its images decoded
+    # to RGB in the prep thread (service/images.py).
+    images: Sequence[Sequence[Image]] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,6 +157,18 @@ _RECORDS: dict[str, AdapterRecord] = {
             backends=frozenset({"openvino"}),
         ),
         AdapterRecord(
+            name="owlv2",
+            target="sift_server.adapters.detection:Owlv2Adapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
+            name="grounding-dino",
+            target="sift_server.adapters.detection:GroundingDinoAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),

@@ -1,12 +1,15 @@
 """The extract primitive: entities (GLiNER, GLiNER2), classifications (GLiClass, NLI,
-GLiNER2) and structured data (GLiNER2, from ``output_schema``)."""
+GLiNER2), structured data (GLiNER2, from ``output_schema``) and objects in images
+(OWLv2, Grounding DINO: every item an image, decoded in the prep thread)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from sift_server.adapters.base import ExtractTask, TaskInput
 from sift_server.adapters.records import record_of
 from sift_server.errors import InvalidInput
 from sift_server.registry.registry import Registry
@@ -26,6 +29,8 @@ from sift_server.service.common import (
 )
 from sift_server.service.documents import extract_documents, reject_documents
 from sift_server.service.extract_options import extract_task
+from sift_server.service.images import RawImage, check_images, decode_images
+from sift_server.service.prep import DeferredDecode
 from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import ExtractBody
@@ -60,7 +65,12 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     # whose size limit counts what is read with every one of them.
     task = extract_task([], list(params.labels or []) if params else [], options, instruction, overflow)
     grouped = [label for _, group in task.label_groups or () for label in group]
-    texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction, *task.labels, *grouped))
+    reads_images = "image" in record_of(record.spec.adapter).inputs
+    texts = await item_texts_sliced(
+        body.items, limits, shared_bytes=shared_bytes(instruction, *task.labels, *grouped), images=reads_images
+    )
+    assert body.items is not None
+    raw_images = _image_items(body.items, limits) if reads_images else []
     cap = char_cap(record)
     task = replace(
         task,
@@ -69,10 +79,12 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
         output_schema=output_schema,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, engine, task, ctx, timing, await lane_of(options, record, wait=True))
+    lane = await lane_of(options, record, wait=True)
+    outputs, prepared = await run_task(
+        record, engine, task, ctx, timing, lane, _with_images(raw_images, limits.images.max_pixels)
+    )
 
     post_start = time.perf_counter()
-    assert body.items is not None
     items_out = [
         _shape(result, result_id(item, index))
         for index, (item, result) in enumerate(zip(body.items, outputs, strict=True))
@@ -80,3 +92,24 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
     timing.finish(post_start)
     payload = {"model": model, "items": items_out, "usage": {"input_tokens": prepared.input_tokens}}
     return Outcome(payload, timing)
+
+
+def _image_items(items: Sequence[Any], limits: Limits) -> list[tuple[RawImage, ...]]:
+    """An image model's items: each must carry an image (the model reads nothing else)."""
+    raw = check_images(items, limits.images)
+    for index, images in enumerate(raw):
+        if not images:
+            raise InvalidInput(f"items[{index}]: this model reads images; the item has none.")
+    return raw
+
+
+def _with_images(raw: Sequence[Sequence[RawImage]], max_pixels: int) -> DeferredDecode | None:
+    """Decode the request's images in the prep thread, into the task (None: it has none)."""
+    if not raw:
+        return None
+
+    def complete(task: TaskInput) -> TaskInput:
+        assert isinstance(task, ExtractTask)
+        return replace(task, images=decode_images(raw, max_pixels))
+
+    return complete
