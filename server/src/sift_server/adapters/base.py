@@ -98,6 +98,8 @@ class ExtractTask:
     output_schema: Mapping[str, Any] | None = None
     # Document models: the items' documents, checked and counted (service/documents.py).
     documents: Sequence[Document] = ()
+    # Each item's ``metadata`` as sent (GLiREL reads its entities there); empty when none were read.
+    metadata: Sequence[Mapping[str, Any] | None] = ()
 
 
 TaskInput = EncodeTask | ScoreTask | ExtractTask

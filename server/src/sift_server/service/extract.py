@@ -67,6 +67,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
         texts=cap_texts(texts, cap, overflow),
         instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
         output_schema=output_schema,
+        metadata=[item.metadata for item in body.items or ()],
     )
     timing = Timing(started=ctx.started)
     outputs, prepared = await run_task(record, engine, task, ctx, timing, await lane_of(options, record, wait=True))
