@@ -6,6 +6,7 @@ without ever resolving the backbone's hub id."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from sift_server.adapters.glirel import MAX_ENTITIES, GlirelAdapter
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context, serving_one_entry
 from tests.fixtures.tiny_glirel import BACKBONE_ID, FIXTURE, build_backbone_less, build_tiny_glirel
+from tests.fixtures.tiny_models import TOKENIZER_FILES
 
 TOL = 1e-5
 CASES: list[dict[str, Any]] = json.loads(FIXTURE.read_text())["cases"]
@@ -25,6 +27,12 @@ CASES: list[dict[str, Any]] = json.loads(FIXTURE.read_text())["cases"]
 @pytest.fixture(scope="module")
 def glirel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_glirel(tmp_path_factory.mktemp("glirel"))
+
+
+@pytest.fixture(scope="module")
+def bare_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The GLiREL folder as the hub holds it: no backbone config or tokenizer."""
+    return build_backbone_less(tmp_path_factory.mktemp("bare"))
 
 
 @pytest.fixture(scope="module")
@@ -130,23 +138,28 @@ def test_request_errors(glirel: GlirelAdapter) -> None:
         glirel.prepare(replace(task(CASES[0]), flat_ner=True))
 
 
-def test_a_folder_without_its_backbone_is_refused(tmp_path: Path) -> None:
-    folder = build_backbone_less(tmp_path / "bare")
+def test_a_folder_without_its_backbone_is_refused(bare_dir: Path) -> None:
     with pytest.raises(ValueError, match=f"{BACKBONE_ID}.*never downloads"):
-        GlirelAdapter.load(load_context(folder))
+        GlirelAdapter.load(load_context(bare_dir))
+    with pytest.raises(ValueError, match=r"lacks config\.json and tokenizer files"):
+        GlirelAdapter.load(load_context(bare_dir, backbone="elsewhere"))
 
 
-def test_options_backbone_names_a_local_folder(tmp_path: Path) -> None:
-    folder = build_backbone_less(tmp_path / "bare")
-    backbone = tmp_path / "bare" / "work" / "backbone"
-    adapter = GlirelAdapter.load(load_context(folder, backbone=str(backbone)))
+def test_options_backbone_names_a_local_folder(bare_dir: Path, tmp_path: Path) -> None:
+    # Config and tokenizer only: the checkpoint sets every weight.
+    backbone = tmp_path / "backbone"
+    backbone.mkdir()
+    for name in ("config.json", *TOKENIZER_FILES):
+        shutil.copy2(bare_dir.parent / "work" / "backbone" / name, backbone / name)
+    adapter = GlirelAdapter.load(load_context(bare_dir, backbone=str(backbone)))
     [[item]] = run(adapter, task(CASES[2]))
+    assert_same(item["relations"], CASES[2]["relations"])
+    relative = GlirelAdapter.load(load_context(bare_dir, backbone="../work/backbone"))
+    [[item]] = run(relative, task(CASES[2]))
     assert_same(item["relations"], CASES[2]["relations"])
 
 
 def test_a_checkpoint_that_leaves_weights_unset_is_refused(glirel_dir: Path, tmp_path: Path) -> None:
-    import shutil
-
     import torch
 
     folder = tmp_path / "partial"

@@ -125,6 +125,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "sparse-encoder",
         "llm-reranker",
         "docling",
+        "glirel",
     }
 
 
