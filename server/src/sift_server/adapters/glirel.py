@@ -39,7 +39,6 @@ from typing import Any
 from sift_server.adapters._extract_common import (
     catalog_threshold,
     extract_item,
-    group_parts,
     reject_options,
     resolve_labels,
 )
@@ -237,19 +236,18 @@ class GlirelAdapter(Adapter):
             items.append(item)
             costs.append(cost)
         payload = GlirelPayload(items, labels, float(threshold), top_k)
-        key = ("glirel", labels, float(threshold), top_k)
+        # The library runs one item per call with that item's settings, so every request fuses.
+        key = ("glirel",)
         return Prepared(item_costs=costs, compat_key=key, payload=payload, input_tokens=sum(costs))
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         import torch
 
-        outputs: list[list[Any]] = [[] for _ in parts]
+        outputs: list[list[Any]] = []
         with torch.inference_mode():
-            for indices in group_parts(parts).values():
-                for i in indices:
-                    part = parts[i]
-                    payload: GlirelPayload = part.prepared.payload
-                    outputs[i] = [self._relations(item, payload) for item in payload.items[part.start : part.stop]]
+            for part in parts:
+                payload: GlirelPayload = part.prepared.payload
+                outputs.append([self._relations(item, payload) for item in payload.items[part.start : part.stop]])
         return outputs
 
     def memory_bytes(self) -> int:
