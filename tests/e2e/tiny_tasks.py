@@ -1,6 +1,6 @@
 """The tiny task models that the e2e group's ``server`` preloads beside the real default model:
-sparse and ColBERT (test_hybrid), reranker, GLiNER and GLiClass (test_score_extract), and an
-embedder and a cross-encoder with LoRAs (test_lora). One server for all of them costs one
+sparse and ColBERT (test_hybrid), reranker, GLiNER and GLiClass (test_score_extract), GLiREL
+(test_glirel), and an embedder and a cross-encoder with LoRAs (test_lora). One server for all of them costs one
 interpreter start instead of four; each model keeps a name of its own, so no module sees
 another's models."""
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from tests.fixtures.pylate_reference import build_and_reference
 from tests.fixtures.tiny_embedder import build_tiny_embedder
+from tests.fixtures.tiny_glirel import build_tiny_glirel
 from tests.fixtures.tiny_models import (
     build_tiny_backbone,
     build_tiny_cross_encoder,
@@ -26,7 +27,8 @@ from tests.fixtures.tiny_models import (
 SPARSE, COLBERT = "tiny/splade", "tiny/colbert"
 RERANK, NER, CLASSIFY = "tiny/reranker", "tiny/gliner", "tiny/gliclass"
 LORA_EMBED, LORA_RERANK = "tiny/lora-embedder", "tiny/lora-reranker"
-PRELOAD = (SPARSE, COLBERT, RERANK, NER, CLASSIFY, LORA_EMBED, LORA_RERANK)
+RELATIONS = "tiny/glirel"
+PRELOAD = (SPARSE, COLBERT, RERANK, NER, CLASSIFY, LORA_EMBED, LORA_RERANK, RELATIONS)
 # The texts the ColBERT reference is computed for (test_hybrid sends the same).
 HYBRID_TEXTS = ["What is the capital of France?", "Paris is the capital and largest city of France."]
 
@@ -58,6 +60,7 @@ def build_task_models(root: Path) -> TaskModels:
         RERANK: build_tiny_cross_encoder(root / "reranker"),
         NER: build_tiny_gliner(root / "gliner"),
         CLASSIFY: build_tiny_gliclass(root / "gliclass"),
+        RELATIONS: build_tiny_glirel(root / "glirel"),
         "lora-embed": embed,
         "lora-rerank": rerank,
         "lora-embed-lora": embed_lora,
@@ -83,6 +86,7 @@ def write_task_catalog(catalog: Path, models: TaskModels) -> None:
         "reranker": catalog_entry(RERANK, "cross-encoder", folders[RERANK], "score"),
         "gliner": catalog_entry(NER, "gliner", folders[NER], "extract", {"threshold": 0.3}),
         "gliclass": catalog_entry(CLASSIFY, "gliclass", folders[CLASSIFY], "extract", {"multi_label": False}),
+        "glirel": catalog_entry(RELATIONS, "glirel", folders[RELATIONS], "extract", {"threshold": 0.3}),
         "lora-embedder": f"name: {LORA_EMBED}\nadapter: sentence-embedder\n"
         f"source: {{path: {folders['lora-embed']}}}\ntasks: [encode]\n"
         f"loras:\n  legal: {{path: {folders['lora-embed-lora']}}}\n  gone: {{path: {catalog / 'missing'}}}\n",

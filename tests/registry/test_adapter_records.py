@@ -129,6 +129,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "whisper",
         "owlv2",
         "grounding-dino",
+        "glirel",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
 

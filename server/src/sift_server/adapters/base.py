@@ -106,6 +106,8 @@ class ExtractTask:
     # Image models (records with "image" in ``inputs``): per item, its images decoded
     # to RGB in the prep thread (service/images.py).
     images: Sequence[Sequence[Image]] = ()
+    # Each item's ``metadata`` as sent (GLiREL reads its entities there); empty when none were read.
+    metadata: Sequence[Mapping[str, Any] | None] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,11 @@ _RECORDS: dict[str, AdapterRecord] = {
             structured_extract=True,
         ),
         AdapterRecord(
+            name="glirel",
+            target="sift_server.adapters.glirel:GlirelAdapter",
+            tasks=frozenset({"extract"}),
+        ),
+        AdapterRecord(
             name="decoder-embedder",
             target="sift_server.adapters.decoder_embedder:DecoderEmbedderAdapter",
             tasks=frozenset({"encode"}),

@@ -77,6 +77,7 @@ async def extract(registry: Registry, model: str, body: ExtractBody, limits: Lim
         texts=cap_texts(texts, cap, overflow),
         instruction=cap_text(instruction, cap, overflow, "instruction") if instruction else None,
         output_schema=output_schema,
+        metadata=[item.metadata for item in body.items or ()],
     )
     timing = Timing(started=ctx.started)
     lane = await lane_of(options, record, wait=True)
