@@ -4,6 +4,8 @@ each answered as it ends; a learned burst is held no longer than anything else."
 
 from __future__ import annotations
 
+import dataclasses
+
 from sift_server.engine import padding
 from sift_server.engine.arrivals import ArrivalView
 from sift_server.engine.batch_queue import Caps
@@ -128,3 +130,13 @@ def test_a_learned_burst_is_held_past_max_hold_only_while_arrivals_are_not_known
     policy = AdaptivePolicy()
     assert policy.decide(burst_state(False), 0.020) == WaitUntil(policy.max_burst_hold)
     assert policy.decide(burst_state(True), 0.020) == Dispatch("default", "max-wait")
+
+
+def test_known_independent_a_burst_being_read_is_held_at_most_about_one_forward() -> None:
+    # A burst after idle time whose requests are still being read (headers in): on a CPU,
+    # where a forward (120 ms) costs more than reading the burst, it still runs in one forward;
+    # the hold never outlasts one forward's time.
+    policy = AdaptivePolicy()
+    state = dataclasses.replace(burst_state(True), last_forward_seconds=0.120)
+    assert policy.decide(state, 0.020) == WaitUntil(0.120)
+    assert policy.decide(state, 0.121) == Dispatch("default", "max-wait")

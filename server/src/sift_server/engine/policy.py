@@ -343,9 +343,19 @@ class AdaptivePolicy:
         # arrivals keep coming within ``follow_gap`` of each other, only
         # ``max_burst_hold`` bounds the hold.
         # Independent users' clusters never stop "arriving" at a high rate: where arrivals are
-        # known independent (engine.returns), a burst is held at most ``max_hold`` like anything else.
-        expecting = (arrivals.unseen_followers > 0 or arrivals.expects_burst) and not state.independent_arrivals
-        hold_until = lane.head_arrival + (max(self.max_hold, self.max_burst_hold) if expecting else self.max_hold)
+        # known independent (engine.returns), the arrival model's prediction of a burst holds no
+        # longer than ``max_hold``, and requests whose headers are in (``unseen_followers``) at
+        # most about one forward's time, so a concurrent burst after idle time still runs in one
+        # forward where a forward costs more than reading it (a CPU) and not much longer elsewhere.
+        predicted = arrivals.expects_burst and not state.independent_arrivals
+        expecting = arrivals.unseen_followers > 0 or predicted
+        bound = self.max_hold
+        if expecting:
+            bound = max(
+                self.max_hold,
+                state.last_forward_seconds if not predicted and state.independent_arrivals else self.max_burst_hold,
+            )
+        hold_until = lane.head_arrival + bound
         if now >= hold_until:
             return Dispatch(lane.lane, "max-wait")
         if state.ingress_pending > 0 and arrivals.expects_burst:
