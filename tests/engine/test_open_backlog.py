@@ -78,15 +78,28 @@ def test_padding_within_cuts_a_group_in_order_at_the_budget() -> None:
     assert padding.within([0, 1, 2], costs, 1000) == [[0, 1, 2]]
 
 
-def backlog(independent: bool, clearly: bool = True) -> Scheduler:
-    """Eight 16-token requests that queued behind a forward, under a 64-token load cap."""
-    s = Scheduler(AdaptivePolicy(), SchedulerConfig(load_caps=Caps(max_cost=64)))
+def backlog(independent: bool, clearly: bool = True, *, server: bool = False) -> Scheduler:
+    """Eight 16-token requests that queued behind a forward, under a 64-token load cap, on the
+    simulator's ``adaptive-open`` scheduler (the open-loop rules; ``server``: the server's own,
+    which keeps them off)."""
+    from sift_bench.simulate.old_rules import ArmScheduler
+
+    config = SchedulerConfig(load_caps=Caps(max_cost=64))
+    s = Scheduler(AdaptivePolicy(), config) if server else ArmScheduler(AdaptivePolicy(), config, open_backlog=True)
     if independent:
         (spread_arrivals if clearly else half_returning)(s.waves)
     s.last_forward_end = 1.0
     for i in range(8):
         s.admit(f"r{i}", [16], 1.0)
     return s
+
+
+def test_the_server_keeps_capped_batches_for_independent_users() -> None:
+    # Measured live, the open-loop rules lost to capped batches (Scheduler.independent_arrivals).
+    s = backlog(independent=True, server=True)
+    assert not s.independent_arrivals and not s.open_backlog_rule
+    batch = s.take(Dispatch("default", "backlog"), 1.0)
+    assert batch is not None and len(batch.slices) == 4 and batch.deliver_together
 
 
 def test_independent_users_backlog_runs_whole_in_efficient_sub_forwards_answered_early() -> None:

@@ -1,7 +1,7 @@
 """Open loops (independent users, Poisson and bursty) at shares of the engine's
 closed-loop capacity: the engine's schedule against the timed window, the ideal
 (a batch of whatever waits when the forward frees) and its rules before the
-open-loop backlog rule (``adaptive-capped``)."""
+open-loop backlog rule (the ``adaptive-open`` arm; off on the server, whose ``adaptive`` is the capped rules)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def test_open_families_span_half_to_nearly_full_load_of_the_measured_closed_loop
 
 def test_near_capacity_the_backlog_rule_keeps_up_where_capped_batches_run_away() -> None:
     for family in ("open80-poisson-sentences", "open90-poisson-sentences"):
-        by_arm = runs(CPU_TEXT, family, ("adaptive", "adaptive-capped", "ideal"))
-        adaptive, capped, ideal = by_arm["adaptive"], by_arm["adaptive-capped"], by_arm["ideal"]
+        by_arm = runs(CPU_TEXT, family, ("adaptive-open", "adaptive", "ideal"))
+        adaptive, capped, ideal = by_arm["adaptive-open"], by_arm["adaptive"], by_arm["ideal"]
         assert dominates(adaptive, capped, PERCENTILES), (adaptive, capped)
         # As good as the ideal within the open loops' tolerance.
         assert dominates(adaptive, ideal, PERCENTILES, 0.1), (adaptive, ideal)
@@ -47,17 +47,17 @@ def test_bursty_users_near_capacity_are_served_no_worse_than_by_capped_batches()
     # Bursty clusters that follow a forward look like returns to the return model, so
     # early answers stay off (engine.returns, clearly_independent): behind the ideal.
     for family in ("open80-bursty-sentences", "open90-bursty-sentences"):
-        by_arm = runs(CPU_TEXT, family, ("adaptive", "adaptive-capped"))
-        adaptive, capped = by_arm["adaptive"], by_arm["adaptive-capped"]
+        by_arm = runs(CPU_TEXT, family, ("adaptive-open", "adaptive"))
+        adaptive, capped = by_arm["adaptive-open"], by_arm["adaptive"]
         assert dominates(adaptive, capped, PERCENTILES, 0.05), (adaptive, capped)
         assert adaptive.latency_p50 < 0.8 * capped.latency_p50
 
 
 def test_on_a_gpu_like_forward_the_open_loops_are_served_as_the_ideal_and_better_than_the_timed_window() -> None:
     for family in ("open50-bursty", "open80-poisson", "open95-bursty"):
-        by_arm = runs(GPU_LIKE, family, ("adaptive", "timed", "ideal"))
-        assert dominates(by_arm["adaptive"], by_arm["timed"], PERCENTILES, 0.05), by_arm
-        assert dominates(by_arm["adaptive"], by_arm["ideal"], PERCENTILES, 0.05), by_arm
+        by_arm = runs(GPU_LIKE, family, ("adaptive-open", "timed", "ideal"))
+        assert dominates(by_arm["adaptive-open"], by_arm["timed"], PERCENTILES, 0.05), by_arm
+        assert dominates(by_arm["adaptive-open"], by_arm["ideal"], PERCENTILES, 0.05), by_arm
 
 
 def test_an_open_loop_run_is_deterministic() -> None:

@@ -85,7 +85,7 @@ def test_cli_quick_run_writes_results(tmp_path: Path, capsys: object) -> None:
         "timed-whole",
         "adaptive-split",
         "adaptive-10ms",
-        "adaptive-capped",
+        "adaptive-open",
         "ideal",
     }
     assert (tmp_path / "overview.png").stat().st_size > 0

@@ -54,7 +54,7 @@ class ArmScheduler(Scheduler):
         wave_hold: bool = True,
         sub_forwards: bool = True,
         whole_waves: bool = True,
-        open_backlog: bool = True,
+        open_backlog: bool = False,
     ) -> None:
         super().__init__(policy, config, queue_factory=queue_factory)
         self.wave_hold, self.sub_forwards, self.whole_wave_rule = wave_hold, sub_forwards, whole_waves
@@ -62,11 +62,12 @@ class ArmScheduler(Scheduler):
 
     @property
     def independent_arrivals(self) -> bool:
-        return self.open_rules and super().independent_arrivals
+        # The open-loop rules, off on the server (Scheduler.independent_arrivals says why).
+        return self.open_rules and self.waves.independent
 
     @property
     def open_backlog_rule(self) -> bool:
-        return self.open_rules and super().open_backlog_rule
+        return self.open_rules and self.waves.clearly_independent
 
     @property
     def holds_for_waves(self) -> bool:

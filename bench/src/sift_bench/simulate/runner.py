@@ -38,11 +38,11 @@ FIXED_HOLD = "adaptive-10ms"
 IDEAL = "ideal"
 # Adaptive before the open-loop rule: independent users' backlog in batches at the load
 # caps, answered together.
-CAPPED = "adaptive-capped"
+OPEN = "adaptive-open"
 if TYPE_CHECKING:  # an older revision's sift_server (a --rev arm's) has no shared_loop: import it where used
     from sift_bench.simulate.shared_loop import SharedLoop
 
-ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD, CAPPED, IDEAL)
+ARMS = (*POLICIES, OLD_RULES, WHOLE_TIMED, SPLIT_WAVES, FIXED_HOLD, OPEN, IDEAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +54,15 @@ class Arm:
     load_caps: bool = True
     sub_forwards: bool = True
     whole_waves: bool = True
-    open_backlog: bool = True
+    # The open-loop rules (off on the server: Scheduler.independent_arrivals says why).
+    open_backlog: bool = False
     # Share of a forward a hold for its wave may last (SchedulerConfig.wave_share); None: the default.
     wave_share: float | None = None
 
     def scheduler(self) -> Callable[..., Scheduler]:
-        """The server's scheduler, or, where this arm turns rules off, the simulator's variant of it."""
-        if self.wave_hold and self.sub_forwards and self.whole_waves and self.open_backlog:
+        """The server's scheduler, or, where this arm turns rules off (or the open-loop rules
+        on), the simulator's variant of it."""
+        if self.wave_hold and self.sub_forwards and self.whole_waves and not self.open_backlog:
             return Scheduler
         from sift_bench.simulate.old_rules import ArmScheduler
 
@@ -86,8 +88,8 @@ def make_arm(name: str, **policy_options: float) -> Arm:
         return Arm(name, lambda: make_policy("timed", **policy_options), load_caps=False, sub_forwards=False)
     if name == SPLIT_WAVES:
         return Arm(name, lambda: make_policy("adaptive", **policy_options), whole_waves=False)
-    if name == CAPPED:
-        return Arm(name, lambda: make_policy("adaptive", **policy_options), open_backlog=False)
+    if name == OPEN:
+        return Arm(name, lambda: make_policy("adaptive", **policy_options), open_backlog=True)
     if name == IDEAL:
         return Arm(name, lambda: make_policy("immediate", **policy_options), load_caps=False, whole_waves=False)
     if name == FIXED_HOLD:
