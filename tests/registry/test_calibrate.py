@@ -116,6 +116,7 @@ def test_a_curve_is_measured_once_and_read_back_at_the_next_start(
 
     measured = _Recording()
     monkeypatch.setattr(calibrate, "measure", measured)
+    monkeypatch.setattr(calibrate, "agrees", lambda curve, adapter: True)
     spec, encoder = _spec(tmp_path), _encoder({"backend": "openvino", "precision": "bf16", "selected_by": "auto"})
     first = CurveRecords(tmp_path / "cache").curve(spec, encoder)
     # The next start: the same entry and runtime, chosen from the record this time.
@@ -132,6 +133,7 @@ def test_another_runtime_or_entry_is_measured_anew_and_remeasure_replaces_the_re
 
     measured = _Recording()
     monkeypatch.setattr(calibrate, "measure", measured)
+    monkeypatch.setattr(calibrate, "agrees", lambda curve, adapter: True)
     records = CurveRecords(tmp_path / "cache")
     records.curve(_spec(tmp_path), _encoder({"backend": "openvino", "precision": "bf16"}))
     records.curve(_spec(tmp_path), _encoder({"backend": "torch", "precision": "fp32"}))
@@ -188,3 +190,32 @@ def test_preparing_a_model_records_its_curve_for_the_server(tmp_path: Path) -> N
         adapter.close()
     assert recorded is not None
     assert sorted(recorded.seconds) == [1, 2, 4, 8, 16, 32]
+
+
+def test_a_recorded_curve_a_check_forward_disagrees_with_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen live: a curve recorded while the core was busy (3-4 times too slow) capped every
+    # later start's batches at 4; one size timed again at load catches it.
+    from sift_server.registry import calibrate
+
+    measured = _Recording()
+    monkeypatch.setattr(calibrate, "measure", measured)
+    encoder = _encoder({"backend": "torch"})
+    CurveRecords(tmp_path / "cache").curve(_spec(tmp_path), encoder)
+    monkeypatch.setattr(calibrate, "agrees", lambda curve, adapter: False)
+    CurveRecords(tmp_path / "cache").curve(_spec(tmp_path), encoder)
+    assert measured.calls == 2
+
+
+def test_the_check_compares_one_size_within_a_quarter_either_way() -> None:
+    from sift_server.registry.calibrate import CHECK_SIZE, agrees
+
+    adapter = ScriptedAdapter({CHECK_SIZE: 0.01}, slow=set())  # 80 ms for a forward of 8
+    honest = Curve({CHECK_SIZE: 0.080}, 16)
+    too_slow = Curve({CHECK_SIZE: 0.300}, 16)  # recorded on a busy core
+    too_fast = Curve({CHECK_SIZE: 0.040}, 16)
+    assert agrees(honest, adapter, adapter.clock)  # type: ignore[arg-type]
+    assert not agrees(too_slow, adapter, adapter.clock)  # type: ignore[arg-type]
+    assert not agrees(too_fast, adapter, adapter.clock)  # type: ignore[arg-type]
+    assert not agrees(Curve({1: 0.01}, 16), adapter, adapter.clock)  # type: ignore[arg-type]

@@ -90,6 +90,27 @@ def measure(
     return curve
 
 
+# A recorded curve is believed only while one size, timed again at load, is within this
+# factor of it either way: a curve recorded on a busy core (too slow) would otherwise cap the
+# model's batches on every later start, and one recorded faster than this start can run is
+# as wrong.
+CHECK_SIZE = 8
+CHECK_FACTOR = 1.25
+
+
+def agrees(curve: Curve, adapter: Adapter, clock: Callable[[], float] = time.perf_counter) -> bool:
+    """Whether ``adapter``'s forward of ``CHECK_SIZE`` probe texts, fastest of three, takes
+    what ``curve`` says within ``CHECK_FACTOR``."""
+    recorded = curve.seconds.get(CHECK_SIZE)
+    if recorded is None or recorded <= 0:
+        return False
+    prepared = adapter.prepare(EncodeTask([PROBE_TEXT] * CHECK_SIZE))
+    parts = [Part(prepared, 0, CHECK_SIZE)]
+    adapter.forward(parts)  # first call at this shape is not timed
+    now = _fastest(adapter, parts, 3, clock)
+    return recorded / CHECK_FACTOR <= now <= recorded * CHECK_FACTOR
+
+
 def _fastest(adapter: Adapter, parts: list[Part], repeats: int, clock: Callable[[], float]) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -184,9 +205,13 @@ class CurveRecords:
             return None
         if not self.remeasure:
             found = self.recorded(spec, adapter)
-            if found is not None:
+            if found is not None and agrees(found, adapter):
                 log.info("model %s: forward curve recorded earlier (SIFT_RECHOOSE_BACKEND=1 measures again)", spec.name)
                 return found
+            if found is not None:
+                log.info(
+                    "model %s: the recorded forward curve disagrees with a check forward; measuring again", spec.name
+                )
         measured = measure(adapter)
         if measured is not None:
             self.record(spec, adapter, measured)
