@@ -95,7 +95,7 @@ def backlog(independent: bool, clearly: bool = True, *, server: bool = False) ->
 
 
 def test_the_server_keeps_capped_batches_for_independent_users() -> None:
-    # Measured live, the open-loop rules lost to capped batches (Scheduler.independent_arrivals).
+    # The open-loop rules are off on the server until measured cleanly (Scheduler.independent_arrivals).
     s = backlog(independent=True, server=True)
     assert not s.independent_arrivals and not s.open_backlog_rule
     batch = s.take(Dispatch("default", "backlog"), 1.0)

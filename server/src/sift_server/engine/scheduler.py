@@ -316,10 +316,9 @@ class Scheduler:
         (``ReturnModel.independent``) make a batch under load take everything waiting
         (within ``caps``) in sub-forwards of at most the load caps' tokens
         (``_chunk_budget``), and the policy hold a burst being read at most one forward.
-        Off on the server: on the real server (MiniLM encode, one core) they lost to
-        the capped batches at 80 % Poisson load (p50 184 against 122 ms, p99 1,314
-        against 541), though the simulator's forward model favoured them
-        (docs/batching.md, "Open loops"); the simulator's ``adaptive-open`` arm runs them."""
+        Off on the server until measured cleanly there: the simulator favours them, the
+        one live run was confounded (docs/batching.md, "Seventh round"); the simulator's
+        ``adaptive-open`` arm runs them."""
         return False
 
     @property
