@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -179,22 +177,27 @@ class CurveRecords:
         return artifacts.usable_cache_dir(self.cache_dir) / "curves" / f"{curve_key(spec, adapter.info.runtime)}.json"
 
     def recorded(self, spec: ModelSpec, adapter: Adapter) -> Curve | None:
-        path = self._path(spec, adapter)
+        return self._read(self._path(spec, adapter))
+
+    def record(self, spec: ModelSpec, adapter: Adapter, curve: Curve) -> None:
+        self._write(self._path(spec, adapter), spec, curve)
+
+    @staticmethod
+    def _read(path: Path) -> Curve | None:
         try:
             return _as_curve(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             return None
 
-    def record(self, spec: ModelSpec, adapter: Adapter, curve: Curve) -> None:
-        path = self._path(spec, adapter)
+    @staticmethod
+    def _write(path: Path, spec: ModelSpec, curve: Curve) -> None:
+        from sift_server.adapters.backends import artifacts
+
         text = json.dumps(
             {"seconds": {str(n): t for n, t in curve.seconds.items()}, "tokens_per_item": curve.tokens_per_item}
         )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".curve-", delete=False) as handle:
-                handle.write(text)
-            os.replace(handle.name, path)
+            artifacts.write_atomic(path, text)
         except OSError as exc:  # a full or read-only cache: this start measured, the next one will too
             log.warning("could not record the forward curve of %s in %s: %s", spec.name, path.parent, exc)
 
@@ -203,8 +206,10 @@ class CurveRecords:
         (and recorded). None for adapters that do not encode."""
         if "encode" not in adapter.info.tasks:
             return None
+        # One key (library versions, CPU signature) and one cache probe per load.
+        path = self._path(spec, adapter)
         if not self.remeasure:
-            found = self.recorded(spec, adapter)
+            found = self._read(path)
             if found is not None and agrees(found, adapter):
                 log.info("model %s: forward curve recorded earlier (SIFT_RECHOOSE_BACKEND=1 measures again)", spec.name)
                 return found
@@ -214,5 +219,5 @@ class CurveRecords:
                 )
         measured = measure(adapter)
         if measured is not None:
-            self.record(spec, adapter, measured)
+            self._write(path, spec, measured)
         return measured

@@ -133,7 +133,7 @@ def content_hash(folder: Path, cache: Path | None = None) -> str:
         digest.update(f"{rel}\0{file_hash}\n".encode())
     if changed and memo_path is not None:
         with contextlib.suppress(OSError):
-            _write_atomic(memo_path, json.dumps(memo))
+            write_atomic(memo_path, json.dumps(memo))
     return digest.hexdigest()
 
 
@@ -142,7 +142,8 @@ def artifact_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all (a temporary file beside it, renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -208,7 +209,7 @@ def read_decision(cache: Path, key: str) -> dict[str, Any] | None:
 
 def write_decision(cache: Path, key: str, decision: Mapping[str, Any]) -> None:
     try:
-        _write_atomic(cache / "decisions" / f"{key}.json", json.dumps(decision, indent=2))
+        write_atomic(cache / "decisions" / f"{key}.json", json.dumps(decision, indent=2))
     except OSError as exc:
         log.warning("could not record the backend decision in %s: %s", cache, exc)
 
