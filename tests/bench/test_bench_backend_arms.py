@@ -56,3 +56,17 @@ def test_server_cpu_sampler_reads_a_process() -> None:
     assert cores is not None and cores >= 0.0
     assert sampler.cores_used(end + 60, end + 61) is None  # outside the samples
     assert read_cpu_seconds(2**22 + 12345) is None
+
+
+def test_the_open_loop_arm_runs_the_adaptive_policy_with_the_engines_open_loop_rules_on() -> None:
+    from sift_bench.cli import _make_arm
+    from sift_server.config.settings import EngineSettings
+
+    args = build_parser().parse_args(["bench", "--arm", "adaptive", "--arm", "adaptive-open"])
+    assert args.arm == ["adaptive", "adaptive-open"]
+    arm = _make_arm("adaptive-open")
+    assert (arm.policy, arm.server_args) == ("adaptive", ["--open-loop-rules"])
+    # The flag it passes is one `sift serve` takes, and it reaches the engine's setting.
+    serve = build_parser().parse_args(["serve", "--open-loop-rules"])
+    assert serve.open_loop_rules is True
+    assert EngineSettings().open_loop_rules is False

@@ -78,13 +78,15 @@ def test_padding_within_cuts_a_group_in_order_at_the_budget() -> None:
     assert padding.within([0, 1, 2], costs, 1000) == [[0, 1, 2]]
 
 
-def backlog(independent: bool, clearly: bool = True, *, server: bool = False) -> Scheduler:
+def backlog(
+    independent: bool, clearly: bool = True, *, server: bool = False, open_loop_rules: bool = False
+) -> Scheduler:
     """Eight 16-token requests that queued behind a forward, under a 64-token load cap, on the
     simulator's ``adaptive-open`` scheduler (the open-loop rules; ``server``: the server's own,
-    which keeps them off)."""
+    which keeps them off unless ``open_loop_rules``)."""
     from sift_bench.simulate.old_rules import ArmScheduler
 
-    config = SchedulerConfig(load_caps=Caps(max_cost=64))
+    config = SchedulerConfig(load_caps=Caps(max_cost=64), open_loop_rules=open_loop_rules)
     s = Scheduler(AdaptivePolicy(), config) if server else ArmScheduler(AdaptivePolicy(), config, open_backlog=True)
     if independent:
         (spread_arrivals if clearly else half_returning)(s.waves)
@@ -100,6 +102,13 @@ def test_the_server_keeps_capped_batches_for_independent_users() -> None:
     assert not s.independent_arrivals and not s.open_backlog_rule
     batch = s.take(Dispatch("default", "backlog"), 1.0)
     assert batch is not None and len(batch.slices) == 4 and batch.deliver_together
+
+
+def test_the_server_runs_the_open_loop_rules_when_its_setting_asks() -> None:
+    s = backlog(independent=True, server=True, open_loop_rules=True)
+    assert s.independent_arrivals and s.open_backlog_rule
+    batch = s.take(Dispatch("default", "backlog"), 1.0)
+    assert batch is not None and len(batch.slices) == 8 and not batch.deliver_together
 
 
 def test_independent_users_backlog_runs_whole_in_efficient_sub_forwards_answered_early() -> None:

@@ -62,20 +62,31 @@ def _kinds(text: str) -> tuple[ArrivalKind, ...]:
 
 
 def _arm(text: str) -> str:
-    from sift_bench.arms.arm import is_backend_arm, is_gateway_arm
+    from sift_bench.arms.arm import OPEN_LOOP_ARM, is_backend_arm, is_gateway_arm
 
-    if text in POLICIES or is_backend_arm(text) or is_gateway_arm(text) or text == REFERENCE_ARM:
+    if text in (*POLICIES, OPEN_LOOP_ARM) or is_backend_arm(text) or is_gateway_arm(text) or text == REFERENCE_ARM:
         return text
     raise argparse.ArgumentTypeError(
-        f"not a policy ({', '.join(POLICIES)}), a backend arm, a gateway arm nor {REFERENCE_ARM}: {text!r}"
+        f"not a policy ({', '.join(POLICIES)}), {OPEN_LOOP_ARM}, a backend arm, a gateway arm nor "
+        f"{REFERENCE_ARM}: {text!r}"
     )
 
 
 def _make_arm(name: str) -> Arm:
-    from sift_bench.arms.arm import backend_arm, gateway_arm, is_gateway_arm, policy_arm, reference_arm
+    from sift_bench.arms.arm import (
+        OPEN_LOOP_ARM,
+        backend_arm,
+        gateway_arm,
+        is_gateway_arm,
+        open_loop_arm,
+        policy_arm,
+        reference_arm,
+    )
 
     if name in POLICIES:
         return policy_arm(name)
+    if name == OPEN_LOOP_ARM:
+        return open_loop_arm()
     if name == REFERENCE_ARM:
         return reference_arm()
     return gateway_arm(name) if is_gateway_arm(name) else backend_arm(name)
@@ -84,7 +95,8 @@ def _make_arm(name: str) -> Arm:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     arms = p.add_argument_group("arms")
     arms.add_argument("--arm", action="append", type=_arm, metavar="ARM",
-                      help=f"a policy of the current tree ({', '.join(POLICIES)}) or a backend arm "
+                      help=f"a policy of the current tree ({', '.join(POLICIES)}), adaptive-open (adaptive with "
+                      "--open-loop-rules) or a backend arm "
                       "(torch, onnx, openvino, auto, optionally :PRECISION, e.g. openvino:fp32) "
                       "or gateway[:POLICY] (through nats-server, a gateway and one worker) "
                       f"or {REFERENCE_ARM} (the released SIE server, {REFERENCE_RELEASE}; "

@@ -56,6 +56,7 @@ def build_state(
             max_queue_items=batching.max_queue_items or settings.max_queue_items,
             queue_timeout=settings.queue_timeout_s,
             shared_core=len(os.sched_getaffinity(0)) <= 1 if hasattr(os, "sched_getaffinity") else False,
+            open_loop_rules=settings.open_loop_rules,
         )
         config = EngineConfig(scheduler=scheduling, forward_nice=SERVING_FORWARD_NICE)
         spans = forward_spans(lambda: str(adapter.info.runtime.get("backend", "torch")))

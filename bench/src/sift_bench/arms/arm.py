@@ -51,11 +51,13 @@ class Arm:
     backend: str | None = None
     # A reference arm's server command (None: the reference venv's sie-server).
     launcher: list[str] | None = None
+    # Further ``sift serve`` flags (the open-loop arm's ``--open-loop-rules``).
+    flags: tuple[str, ...] = ()
 
     @property
     def server_args(self) -> list[str]:
         """Extra ``sift serve`` arguments of this arm."""
-        return ["--backend", self.backend] if self.backend else []
+        return [*self.flags, *(["--backend", self.backend] if self.backend else [])]
 
     @property
     def pythonpath(self) -> Path | None:
@@ -72,11 +74,21 @@ class Arm:
             "folder": str(self.folder) if self.folder else None,
             "manifest_digest": self.manifest.get("digest") if self.manifest else None,
             "backend": self.backend,
+            "flags": list(self.flags),
         }
 
 
 def policy_arm(policy: str) -> Arm:
     return Arm(name=policy, policy=policy)
+
+
+OPEN_LOOP_ARM = "adaptive-open"
+
+
+def open_loop_arm() -> Arm:
+    """The current tree's adaptive policy with the engine's open-loop rules on
+    (``sift serve --open-loop-rules``; the simulator's arm of the same name)."""
+    return Arm(name=OPEN_LOOP_ARM, policy="adaptive", flags=("--open-loop-rules",))
 
 
 BACKEND_ARMS = ("torch", "onnx", "openvino", "auto")

@@ -7,12 +7,13 @@ again and again; the simulator's ``adaptive-old`` arm shows it next to the
 server's rule.
 
 ``ArmScheduler``: the server's scheduler with some of its later rules off (no
-hold for a returning wave, no cut by length, no whole waves, no open-loop backlog rule), so an arm shows
-what each rule adds. The server always runs all of them.
+hold for a returning wave, no cut by length, no whole waves) or the open-loop rules on, so an arm shows
+what each rule adds. The server runs all but the open-loop rules (``sift serve --open-loop-rules``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from sift_server.engine.batch_queue import BatchQueue, Caps, Pending
@@ -56,18 +57,10 @@ class ArmScheduler(Scheduler):
         whole_waves: bool = True,
         open_backlog: bool = False,
     ) -> None:
+        # The open-loop rules are the server's own, off by default (SchedulerConfig.open_loop_rules).
+        config = dataclasses.replace(config, open_loop_rules=config.open_loop_rules or open_backlog)
         super().__init__(policy, config, queue_factory=queue_factory)
         self.wave_hold, self.sub_forwards, self.whole_wave_rule = wave_hold, sub_forwards, whole_waves
-        self.open_rules = open_backlog
-
-    @property
-    def independent_arrivals(self) -> bool:
-        # The open-loop rules, off on the server (Scheduler.independent_arrivals says why).
-        return self.open_rules and self.waves.independent
-
-    @property
-    def open_backlog_rule(self) -> bool:
-        return self.open_rules and self.waves.clearly_independent
 
     @property
     def holds_for_waves(self) -> bool:

@@ -54,7 +54,7 @@ class Arm:
     load_caps: bool = True
     sub_forwards: bool = True
     whole_waves: bool = True
-    # The open-loop rules (off on the server: Scheduler.independent_arrivals says why).
+    # The open-loop rules (off on the server unless `sift serve --open-loop-rules`).
     open_backlog: bool = False
     # Share of a forward a hold for its wave may last (SchedulerConfig.wave_share); None: the default.
     wave_share: float | None = None

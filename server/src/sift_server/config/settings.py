@@ -130,6 +130,11 @@ class EngineSettings(BaseModel):
         False, "For every auto entry, time the backends again at load instead of reusing the recorded choice."
     )
     trace_file: Path | None = setting(None, "Append one JSON line per forward (for benchmarks).")
+    open_loop_rules: bool = setting(
+        _SCHEDULER.open_loop_rules,
+        "Experimental: once arrivals look independent of answers (an open loop), run the whole backlog "
+        "in sub-forwards of the efficient size, each answered as it ends (docs/batching.md).",
+    )
 
     @field_validator("backend")
     @classmethod

@@ -69,6 +69,9 @@ class SchedulerConfig:
     wave_share: float = WAVE_SHARE
     # The loop that reads requests and the forward thread share one core (the model engine sets it).
     shared_core: bool = False
+    # The open-loop rules (``Scheduler.independent_arrivals``): off until measured cleanly live;
+    # ``sift serve --open-loop-rules`` turns them on for that measurement.
+    open_loop_rules: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,17 +319,17 @@ class Scheduler:
         (``ReturnModel.independent``) make a batch under load take everything waiting
         (within ``caps``) in sub-forwards of at most the load caps' tokens
         (``_chunk_budget``), and the policy hold a burst being read at most one forward.
-        Off on the server until measured cleanly there: the simulator favours them, the
-        one live run was confounded (docs/batching.md, "Seventh round"); the simulator's
-        ``adaptive-open`` arm runs them."""
-        return False
+        Off by default (``SchedulerConfig.open_loop_rules``): the simulator favours them,
+        the one live run was confounded (docs/batching.md, "Seventh round")."""
+        return self.config.open_loop_rules and self.waves.independent
 
     @property
     def open_backlog_rule(self) -> bool:
         """Each sub-forward of an open loop's batch answers as it ends, where arrivals
-        are clearly independent (``ReturnModel.clearly_independent``). Off on the server
-        with ``independent_arrivals``; the ``adaptive-open`` arm runs it."""
-        return False
+        are clearly independent (``ReturnModel.clearly_independent``): the stricter test,
+        since a closed loop taken for an open one before its waves are learned would
+        fragment. Off with ``independent_arrivals``."""
+        return self.config.open_loop_rules and self.waves.clearly_independent
 
     def _open_backlog(self, queue: BatchQueue) -> bool:
         """The lane's next batch is independent users' backlog, not a returning wave."""
