@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 
 import httpx
 import nats
@@ -32,6 +33,7 @@ from tests.cluster.conftest import start_cluster
 from tests.cluster.sleeper import write_sleeper_entry
 
 MODEL = "test/streamed"
+GRACE_S = 2
 # A piece is (run, seq, end, body); seq 0 is a head.
 Piece = tuple[str, int, str | None, bytes]
 
@@ -41,7 +43,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = tmp_path_factory.mktemp("stream-faults")
     write_sleeper_entry(root / "catalog", MODEL, 1)
     # No worker: the test takes the messages itself.
-    running = start_cluster(root / "cluster", 0, [], ["--catalog", str(root / "catalog")])
+    gateway = ["--catalog", str(root / "catalog"), "--shutdown-grace-s", str(GRACE_S)]
+    running = start_cluster(root / "cluster", 0, [], gateway)
     try:
         yield running
     finally:
@@ -52,9 +55,12 @@ def event(n: int) -> bytes:
     return b"data: " + json.dumps({"n": n}).encode() + b"\n\n"
 
 
-async def relay(cluster: LocalCluster, pieces: list[Piece]) -> tuple[list[str], list[str]]:
+async def relay(
+    cluster: LocalCluster, pieces: list[Piece], then: Callable[[], None] | None = None
+) -> tuple[list[str], list[str]]:
     """One streamed request through the gateway, answered with ``pieces``: the
-    client's data lines and the cancel subjects the gateway published to."""
+    client's data lines and the cancel subjects the gateway published to;
+    ``then`` runs after the pieces are sent."""
     nc = await nats.connect(cluster.nats_url)
     cancels: list[str] = []
 
@@ -87,6 +93,8 @@ async def relay(cluster: LocalCluster, pieces: list[Piece]) -> tuple[list[str], 
                 headers[END_HEADER] = end
             await nc.publish(reply_to, body, headers=headers)
             await nc.flush()
+        if then is not None:
+            then()
         lines = await asyncio.wait_for(reading, 30)
         await msg.ack()
         await asyncio.sleep(0.3)  # the cancels go out after the client's last line
@@ -132,3 +140,15 @@ def test_a_worker_that_says_the_answer_broke_off_ends_it_with_the_error_event(cl
     lines, _ = asyncio.run(relay(cluster, pieces))
     assert json.loads(lines[0]) == {"n": 1}
     assert error_of(lines)["error"]["code"] == "INFERENCE_ERROR"  # type: ignore[index]
+
+
+def test_a_draining_gateway_ends_a_stream_still_running_after_its_grace_period(cluster: LocalCluster) -> None:
+    # Last in this module: it stops the gateway.
+    pieces: list[Piece] = [("t.6", 0, None, b""), ("t.6", 1, None, event(1))]
+    lines, cancels = asyncio.run(
+        relay(cluster, pieces, then=lambda: cluster.gateway.process.send_signal(signal.SIGTERM))
+    )
+    assert json.loads(lines[0]) == {"n": 1}
+    assert error_of(lines)["error"]["code"] == "SHUTTING_DOWN"  # type: ignore[index]
+    assert cancel_subject("t.6") in cancels
+    assert cluster.gateway.process.wait(GRACE_S + 5) is not None
