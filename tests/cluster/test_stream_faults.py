@@ -8,8 +8,10 @@ error event and [DONE], never a silent cut, and the runs are cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -29,6 +31,7 @@ from sift_server.cluster.streams import (
     cancel_subject,
 )
 from sift_server.cluster.subjects import REPLY_HEADER, STREAM, durable_name, work_subject
+from sift_server.processes import start_nats
 from tests.cluster.conftest import start_cluster
 from tests.cluster.sleeper import write_sleeper_entry
 
@@ -96,11 +99,13 @@ async def relay(
         if then is not None:
             then()
         lines = await asyncio.wait_for(reading, 30)
-        await msg.ack()
+        with contextlib.suppress(Exception):  # the connection may be back only now
+            await msg.ack()
         await asyncio.sleep(0.3)  # the cancels go out after the client's last line
         return lines, cancels
     finally:
-        await nc.close()
+        with contextlib.suppress(ConnectionError):  # a connection the test's restart broke
+            await nc.close()
 
 
 def error_of(lines: list[str]) -> dict[str, object]:
@@ -140,6 +145,21 @@ def test_a_worker_that_says_the_answer_broke_off_ends_it_with_the_error_event(cl
     lines, _ = asyncio.run(relay(cluster, pieces))
     assert json.loads(lines[0]) == {"n": 1}
     assert error_of(lines)["error"]["code"] == "INFERENCE_ERROR"  # type: ignore[index]
+
+
+def test_a_break_in_the_gateways_connection_ends_the_stream_with_the_error_event(cluster: LocalCluster) -> None:
+    # What the worker sent during the break went to nobody: the answer cannot be whole.
+    def restart() -> None:
+        port = int(cluster.nats_url.rsplit(":", 1)[1])
+        cluster.nats.stop()
+        time.sleep(1.0)
+        cluster.nats, _ = start_nats(cluster.folder, port)
+
+    pieces: list[Piece] = [("t.7", 0, None, b""), ("t.7", 1, None, event(1))]
+    lines, _ = asyncio.run(relay(cluster, pieces, then=restart))
+    assert json.loads(lines[0]) == {"n": 1}
+    assert error_of(lines)["error"]["code"] == "INFERENCE_ERROR"  # type: ignore[index]
+    assert len(lines) == 3
 
 
 def test_a_draining_gateway_ends_a_stream_still_running_after_its_grace_period(cluster: LocalCluster) -> None:
