@@ -207,17 +207,20 @@ class ReplyStream:
         complete = False
         try:
             while True:
-                following = asyncio.ensure_future(self.pieces.get())
-                waiting = {following} if gone is None else {following, gone}
-                await asyncio.wait(waiting, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
-                if not following.done():
-                    following.cancel()
-                    if gone is not None and gone.done():
-                        return  # the client went away: cancelled below
-                    if self.order.silent(time.monotonic()):
-                        self.gateway.end_stream(self.request_id, InferenceError(WORKER_SILENT))
-                    continue
-                piece = following.result()
+                if gone is not None and gone.done():
+                    return  # the client went away: cancelled below
+                if self.pieces.empty():
+                    following = asyncio.ensure_future(self.pieces.get())
+                    waiting = {following} if gone is None else {following, gone}
+                    await asyncio.wait(waiting, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+                    if not following.done():
+                        following.cancel()
+                        if self.order.silent(time.monotonic()):
+                            self.gateway.end_stream(self.request_id, InferenceError(WORKER_SILENT))
+                        continue
+                    piece = following.result()
+                else:
+                    piece = self.pieces.get_nowait()  # already here: no task, no wait
                 if isinstance(piece, Ended):
                     complete = piece.error is None
                     if piece.error is not None:

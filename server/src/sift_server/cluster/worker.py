@@ -119,9 +119,9 @@ class WorkerOptions:
 
 
 class Hangup:
-    """When nobody waits for a request's answer any more: its deadline passed
-    (before its answer began to stream: a stream runs as long as it is read),
-    or the gateway cancelled it (its client went away)."""
+    """When nobody waits for a request's answer any more: a whole answer, once its
+    deadline passed; a streamed one (which runs as long as it is read), once the
+    gateway cancels it (its client went away, cluster.streams)."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
@@ -131,9 +131,8 @@ class Hangup:
     async def wait(self) -> None:
         if self.streaming:
             await self.cancelled.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.cancelled.wait(), max(0.0, self.deadline - time.time()))
+        else:
+            await asyncio.sleep(max(0.0, self.deadline - time.time()))
 
 
 async def run_core(
