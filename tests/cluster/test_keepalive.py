@@ -62,3 +62,41 @@ def test_progress_and_heartbeats_go_out_while_the_loop_is_blocked(tmp_path: Path
     assert len(progress) >= 4 and set(progress) == {IN_PROGRESS}  # ~7 in 1.5 s at 0.2 s
     assert beats[1] > beats[0]  # still beating
     assert gone
+
+
+def test_a_stream_is_ticked_while_the_loop_is_blocked_until_untick(tmp_path: Path) -> None:
+    proc, url = start_nats(tmp_path)
+
+    async def run() -> tuple[list[dict[str, str]], int]:
+        nc = await nats.connect(url)
+        try:
+            await heartbeat_bucket(nc.jetstream(), ttl_s=6.0)
+            ticks: list[dict[str, str]] = []
+
+            async def on_tick(msg: Msg) -> None:
+                ticks.append(dict(msg.headers or {}))
+
+            sub = await nc.subscribe("test.reply.r1", cb=on_tick)
+            keepalive = Keepalive(url, "test", {KEY: {"worker": "w1"}}, heartbeat_s=0.2, progress_s=0, tick_s=0.2)
+            await asyncio.to_thread(keepalive.start)
+            keepalive.tick("test.reply.r1", {"Sift-Run": "r1", "Sift-Tick": "1"})
+            time.sleep(1.2)  # this loop blocked: only the keepalive's own thread can send
+            await asyncio.sleep(0.3)
+            keepalive.untick("test.reply.r1")
+            await asyncio.sleep(0.3)  # a tick in flight lands
+            after_untick = len(ticks)
+            await asyncio.sleep(0.6)  # none comes any more
+            extra = len(ticks) - after_untick
+            await asyncio.to_thread(keepalive.stop)
+            await sub.unsubscribe()
+            return ticks, extra
+        finally:
+            await nc.close()
+
+    try:
+        ticks, extra = asyncio.run(run())
+    finally:
+        proc.stop()
+    assert len(ticks) >= 4  # ~6 in 1.2 s at 0.2 s
+    assert all(t.get("Sift-Run") == "r1" and t.get("Sift-Tick") == "1" for t in ticks)
+    assert extra == 0

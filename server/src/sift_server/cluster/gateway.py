@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -23,7 +23,7 @@ from sift_server.api.app import SiftApp, api_app
 from sift_server.api.models import Describe, model_info
 from sift_server.api.work import Handler
 from sift_server.cluster.codec import FORWARDED_HEADERS, WorkReply, WorkRequest
-from sift_server.cluster.gateway_client import Gateway, GatewayOptions
+from sift_server.cluster.gateway_client import Gateway, GatewayOptions, ReplyStream
 from sift_server.cluster.heartbeat import describe_through_gateway
 from sift_server.cluster.hops import STAMPS, format_stamps, gateway_header
 from sift_server.core.serve import Call, Reply, decode, request_id_of
@@ -36,8 +36,14 @@ from sift_server.wire.negotiation import JSON_TYPE
 log = logging.getLogger(__name__)
 
 
-def _relay(reply: WorkReply, started: float, stamps: list[tuple[str, float]] | None = None) -> Reply:
-    """The worker's reply as it came, with the gateway's timing header (and the hop stamps)."""
+def _relay(
+    reply: WorkReply | ReplyStream,
+    started: float,
+    stamps: list[tuple[str, float]] | None = None,
+    disconnected: Callable[[], Awaitable[Any]] | None = None,
+) -> Reply:
+    """The worker's reply as it came (a streamed one chunk by chunk: its gateway
+    time is to its head), with the gateway's timing header (and the hop stamps)."""
     headers: dict[str, str] = {}
     media_type = JSON_TYPE
     for name, value in reply.headers:
@@ -53,6 +59,8 @@ def _relay(reply: WorkReply, started: float, stamps: list[tuple[str, float]] | N
         # The worker's stamps (relayed in the reply) and the gateway's own.
         ours = format_stamps([("g_start", started), *stamps, ("g_answer", answered)])
         headers[STAMPS] = f"{headers[STAMPS]};{ours}" if headers.get(STAMPS) else ours
+    if isinstance(reply, ReplyStream):
+        return Reply(reply.status, headers, reply.body(disconnected), media_type)
     return Reply(reply.status, headers, reply.body, media_type)
 
 
@@ -72,6 +80,16 @@ def _path(call: Call) -> str:
     return endpoint.path + call.model if endpoint.model_in_path else endpoint.path
 
 
+def _catalog_name(state: ServerState, model: str) -> str:
+    """The catalog's name of a model a path names: generation ids travel as
+    ``Org__Name`` (as generation.service.generation_model reads them); the queue's
+    subject is the catalog name's, the one its workers pull."""
+    records = state.registry.records
+    if model not in records and "__" in model and model.replace("__", "/", 1) in records:
+        return model.replace("__", "/", 1)
+    return model
+
+
 def forward_to_workers(state: ServerState, gateway: Gateway) -> Handler:
     """The gateway's handler of the work routes (api/work.py): the body decoded as
     ``sift serve`` decodes it (a malformed body never reaches the queue) and the
@@ -82,7 +100,7 @@ def forward_to_workers(state: ServerState, gateway: Gateway) -> Handler:
         model, endpoint = call.model, call.endpoint.name
         try:
             model, _ = await decode(call)
-            name, _ = split_profile(model)
+            name = _catalog_name(state, split_profile(model)[0])
             state.registry.record(name)
             work = WorkRequest(_path(call), _forwarded(call, request_id_of(call.headers)), call.body)
             stamps: list[tuple[str, float]] | None = [] if gateway.stamps else None
@@ -91,7 +109,7 @@ def forward_to_workers(state: ServerState, gateway: Gateway) -> Handler:
             state.metrics.count(model, endpoint, error.status)
             raise
         state.metrics.count(model, endpoint, reply.status, time.perf_counter() - call.started)
-        return _relay(reply, call.started, stamps)
+        return _relay(reply, call.started, stamps, call.disconnected)
 
     return forward
 

@@ -15,6 +15,13 @@ arrives on this gateway's ack subject while the worker runs the request, and
 only a refusal (the stream is full), a missing stream or no ack within
 ``publish_timeout_s`` fails the request (503 QUEUE_FULL), unless its reply came
 first.
+
+A streamed answer (cluster.streams) resolves the request with its head as a
+``ReplyStream``, whose chunks are relayed as they come, in order: a missing
+piece, another run of the request (its message was redelivered: the queue took
+its worker for dead), a silent worker, a break in the connection or the
+gateway's drain ends it with the answer's error event, never a silent cut; a
+client that goes away, or a stream nobody waits for, is cancelled on its worker.
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +51,15 @@ from sift_server.cluster.hops import PUBLISHED_HEADER, stamp
 from sift_server.cluster.jetstream import ensure_consumers_exist, ensure_stream, heartbeat_bucket
 from sift_server.cluster.liveness import Heartbeats, consumer_has_worker
 from sift_server.cluster.resume import Resume, after_reconnect, republished_id
+from sift_server.cluster.streams import (
+    CANCEL_HEADER,
+    END_HEADER,
+    RUN_HEADER,
+    SEQ_HEADER,
+    TICK_S,
+    StreamOrder,
+    Verdict,
+)
 from sift_server.cluster.subjects import (
     ACK_PREFIX,
     DEADLINE_HEADER,
@@ -59,7 +77,8 @@ from sift_server.cluster.subjects import (
 )
 from sift_server.core.serve import new_request_id
 from sift_server.core.state import ServerState
-from sift_server.errors import QueueFull, QueueTimeout, ShuttingDown, SiftError
+from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown, SiftError
+from sift_server.generation import answers
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +128,7 @@ class GatewayOptions:
 class Waiting:
     """A request waiting for its reply; ``stamps``: its hop stamps (the hop_stamps setting)."""
 
-    future: asyncio.Future[WorkReply]
+    future: asyncio.Future[WorkReply | ReplyStream]
     model: str
     # How to publish it again after a break in the connection (cluster.resume).
     subject: str
@@ -150,6 +169,77 @@ def ack_error(model: str, msg: Msg) -> SiftError | None:
     return QueueFull(f"Model '{model}': the work queue is full ({described}); retry shortly.")
 
 
+@dataclass(slots=True)
+class Ended:
+    """The end of a stream: complete, or broken off with ``error``."""
+
+    error: SiftError | None = None
+
+
+class ReplyStream:
+    """A streamed answer's head and, as they come, its chunks (``body``)."""
+
+    def __init__(self, gateway: Gateway, request_id: str, reply: WorkReply, run: str, cancel: str | None) -> None:
+        self.gateway = gateway
+        self.request_id = request_id
+        self.status = reply.status
+        self.headers = reply.headers
+        self.media_type = next((v for k, v in reply.headers if k.lower() == "content-type"), "")
+        self.answer_id = next((v for k, v in reply.headers if k.lower() == "x-request-id"), request_id)
+        self.order = StreamOrder(run, time.monotonic())
+        self.cancel_subject = cancel
+        self.pieces: asyncio.Queue[bytes | Ended] = asyncio.Queue()
+        self.ended = False
+
+    def end(self, error: SiftError | None) -> None:
+        """No more pieces: the stream is complete, or ``error`` ends it."""
+        if not self.ended:
+            self.ended = True
+            self.pieces.put_nowait(Ended(error))
+
+    def error_event(self, error: SiftError) -> bytes:
+        """The answer's own error event: a generation's terminal error chunk and [DONE]."""
+        return answers.sse(answers.error_chunk(error, self.answer_id)) + answers.DONE
+
+    async def body(self, disconnected: Callable[[], Awaitable[Any]] | None) -> AsyncIterator[bytes]:
+        """The chunks as they come, until the end; a client that goes away cancels the run."""
+        gone = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+        complete = False
+        try:
+            while True:
+                if gone is not None and gone.done():
+                    return  # the client went away: cancelled below
+                if self.pieces.empty():
+                    following = asyncio.ensure_future(self.pieces.get())
+                    waiting = {following} if gone is None else {following, gone}
+                    await asyncio.wait(waiting, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED)
+                    if not following.done():
+                        following.cancel()
+                        if self.order.silent(time.monotonic()):
+                            self.gateway.end_stream(self.request_id, InferenceError(WORKER_SILENT))
+                        continue
+                    piece = following.result()
+                else:
+                    piece = self.pieces.get_nowait()  # already here: no task, no wait
+                if isinstance(piece, Ended):
+                    complete = piece.error is None
+                    if piece.error is not None:
+                        yield self.error_event(piece.error)
+                    return
+                yield piece
+        finally:
+            if gone is not None:
+                gone.cancel()
+            self.gateway.forget_stream(self.request_id, cancel=not complete)
+
+
+WORKER_SILENT = "The worker generating this answer stopped answering; the answer is incomplete. Retry."
+WORKER_REPLACED = "The worker generating this answer was taken for dead; the answer is incomplete. Retry."
+PIECE_LOST = "Part of this answer was lost on its way from the worker; the answer is incomplete. Retry."
+LINK_BROKEN = "The gateway's link to the queue broke during this answer; the answer is incomplete. Retry."
+WORKER_FAILED = "The worker generating this answer failed; the answer is incomplete. Retry."
+
+
 class Gateway:
     """The NATS side of the gateway: publish, await the reply, know live models."""
 
@@ -161,6 +251,9 @@ class Gateway:
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None
         self.pending: dict[str, Waiting] = {}
+        # Streamed answers being relayed, by request id.
+        self.streams: dict[str, ReplyStream] = {}
+        self._cancelling: set[asyncio.Task[None]] = set()
         self.stamps = options.hop_stamps
         self.heartbeats = Heartbeats(options.heartbeat_ttl_s)
         # Per model: when its consumer was last asked, and whether it showed a worker.
@@ -226,6 +319,9 @@ class Gateway:
 
     async def _on_reconnected(self) -> None:
         log.warning("NATS connection back")
+        # What the workers published to us meanwhile went to nobody: no stream can be whole.
+        for request_id in list(self.streams):
+            self.end_stream(request_id, InferenceError(LINK_BROKEN))
         if self._resuming is not None:
             self._resuming.cancel()  # a break during the last resume: this one looks at everything again
         self._resuming = asyncio.ensure_future(self._resume())
@@ -311,14 +407,21 @@ class Gateway:
         clients get a retryable answer rather than a closed connection. Their
         messages stay queued; a worker may still run them (nobody reads that reply)."""
         ends = time.monotonic() + max(0.0, grace_s - DRAIN_ANSWER_S)
-        while self.pending and time.monotonic() < ends:
+        while (self.pending or self.streams) and time.monotonic() < ends:
             await asyncio.sleep(0.02)
         for waiting in list(self.pending.values()):
             if not waiting.future.done():
                 waiting.future.set_exception(ShuttingDown("The gateway is shutting down; retry shortly."))
+        for request_id in list(self.streams):
+            self.end_stream(request_id, ShuttingDown("The gateway is shutting down; the answer is incomplete."))
+        if self.streams:
+            await asyncio.sleep(DRAIN_ANSWER_S / 2)  # the streams' error events go out
 
     async def _on_reply(self, msg: Msg) -> None:
         request_id = msg.subject.rsplit(".", 1)[1]
+        if msg.headers and RUN_HEADER in msg.headers:
+            await self._on_stream_message(request_id, msg, msg.headers)
+            return
         waiting = self.pending.get(request_id)
         if waiting is None or waiting.future.done():
             # A redelivered request answered twice (or after we gave up): drop it.
@@ -327,6 +430,71 @@ class Gateway:
         if waiting.stamps is not None:
             waiting.stamps.append(("g_reply", time.perf_counter()))
         waiting.future.set_result(unpack_reply(msg.data))
+
+    async def _on_stream_message(self, request_id: str, msg: Msg, headers: dict[str, str]) -> None:
+        """A piece of a streamed answer (cluster.streams)."""
+        run = headers[RUN_HEADER]
+        seq_text = headers.get(SEQ_HEADER)
+        seq = int(seq_text) if seq_text is not None else None
+        cancel = headers.get(CANCEL_HEADER)
+        stream = self.streams.get(request_id)
+        if seq == 0:
+            waiting = self.pending.get(request_id)
+            if stream is None and waiting is not None and not waiting.future.done():
+                stream = ReplyStream(self, request_id, unpack_reply(msg.data), run, cancel)
+                self.streams[request_id] = stream
+                if waiting.stamps is not None:
+                    waiting.stamps.append(("g_reply", time.perf_counter()))
+                waiting.future.set_result(stream)
+                return
+            # Nobody waits for this run (answered, given up, or another run is relayed).
+            self.duplicates.inc()
+            if stream is not None and stream.order.run != run:
+                self.end_stream(request_id, InferenceError(WORKER_REPLACED))
+            await self._cancel(cancel)
+            return
+        if stream is None:
+            waiting = self.pending.get(request_id)
+            if seq is None and (waiting is None or waiting.future.done()):
+                await self._cancel(cancel)  # a tick of a run nobody reads (not one ahead of its head): stop it
+            return
+        verdict = stream.order.judge(run, seq, headers.get(END_HEADER), time.monotonic())
+        if verdict is Verdict.CHUNK:
+            stream.pieces.put_nowait(msg.data)
+        elif verdict is Verdict.DONE:
+            stream.end(None)
+        elif verdict is Verdict.FAILED:
+            stream.end(InferenceError(WORKER_FAILED))
+        elif verdict is Verdict.GAP:
+            self.end_stream(request_id, InferenceError(PIECE_LOST))
+        elif verdict is Verdict.OTHER_RUN:
+            self.end_stream(request_id, InferenceError(WORKER_REPLACED))
+            await self._cancel(cancel)
+
+    def end_stream(self, request_id: str, error: SiftError) -> None:
+        """End a stream with ``error`` (its error event is the client's last) and stop its run."""
+        stream = self.streams.get(request_id)
+        if stream is not None and not stream.ended:
+            stream.end(error)
+            self._cancel_soon(stream.cancel_subject)
+
+    def forget_stream(self, request_id: str, cancel: bool) -> None:
+        """The stream's relay is over; ``cancel``: its run may still be going."""
+        stream = self.streams.pop(request_id, None)
+        if stream is not None and cancel:
+            self._cancel_soon(stream.cancel_subject)
+
+    def _cancel_soon(self, subject: str | None) -> None:
+        if subject is not None:
+            task = asyncio.ensure_future(self._cancel(subject))
+            self._cancelling.add(task)
+            task.add_done_callback(self._cancelling.discard)
+
+    async def _cancel(self, subject: str | None) -> None:
+        if subject is None or self.nc is None or self.nc.is_closed:
+            return
+        with contextlib.suppress(Exception):
+            await self.nc.publish(subject, b"")
 
     async def _on_ack(self, msg: Msg) -> None:
         waiting = self.pending.get(msg.subject.rsplit(".", 1)[1])
@@ -410,8 +578,11 @@ class Gateway:
                     return view
         return None
 
-    async def call(self, model: str, work: WorkRequest, stamps: list[tuple[str, float]] | None = None) -> WorkReply:
-        """Publish one request and wait for its reply (raises SiftError). ``stamps``
+    async def call(
+        self, model: str, work: WorkRequest, stamps: list[tuple[str, float]] | None = None
+    ) -> WorkReply | ReplyStream:
+        """Publish one request and wait for its reply, or a streamed reply's head
+        (raises SiftError). ``stamps``
         (the hop_stamps setting): the hop's gateway-side stamps are appended to it."""
         assert self.nc is not None
         # Unique across gateways (a random per-process prefix): the stream deduplicates by it.
@@ -454,3 +625,5 @@ class Gateway:
             self.pending.pop(request_id, None)
             if waiting.ack_timer is not None:
                 waiting.ack_timer.cancel()
+            if request_id in self.streams and sys.exc_info()[0] is not None:
+                self.forget_stream(request_id, cancel=True)  # its head came as we gave up

@@ -22,6 +22,7 @@ from typing import Any
 import nats
 from nats.js.kv import KeyValue
 
+from sift_server.cluster.streams import TICK_S
 from sift_server.cluster.subjects import HEARTBEAT_BUCKET, RECONNECT_WAIT_S
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ async def _quiet_error(exc: Exception) -> None:
 class Keepalive:
     """Puts ``beats`` (heartbeat key -> value; ``at`` is added at each put) every
     ``heartbeat_s`` and marks every held message in progress every ``progress_s``
-    (0: never)."""
+    (0: never), and ticks every stream being sent every ``tick_s``."""
 
     def __init__(
         self,
@@ -47,13 +48,17 @@ class Keepalive:
         beats: Mapping[str, dict[str, Any]],
         heartbeat_s: float,
         progress_s: float,
+        tick_s: float = TICK_S,
     ) -> None:
         self.nats_url = nats_url
         self.name = name
         self.beats = dict(beats)
         self.heartbeat_s = heartbeat_s
         self.progress_s = progress_s
+        self.tick_s = tick_s
         self._held: set[str] = set()
+        # Reply subject -> the tick's headers, per stream being sent.
+        self._ticking: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,6 +79,19 @@ class Keepalive:
     def held(self) -> list[str]:
         with self._lock:
             return list(self._held)
+
+    def tick(self, reply_subject: str, headers: dict[str, str]) -> None:
+        """A stream is being sent on ``reply_subject``: tick it until ``untick``."""
+        with self._lock:
+            self._ticking[reply_subject] = headers
+
+    def untick(self, reply_subject: str) -> None:
+        with self._lock:
+            self._ticking.pop(reply_subject, None)
+
+    def ticking(self) -> list[tuple[str, dict[str, str]]]:
+        with self._lock:
+            return list(self._ticking.items())
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Connect and put the first heartbeats; return once they are in (raises if not)."""
@@ -130,7 +148,7 @@ class Keepalive:
             kv = self._kv = await nc.jetstream().key_value(HEARTBEAT_BUCKET)
             await self._beat(kv)
             self._ready.set()
-            tasks = [asyncio.ensure_future(self._beating(kv))]
+            tasks = [asyncio.ensure_future(self._beating(kv)), asyncio.ensure_future(self._ticking_streams(nc))]
             if self.progress_s > 0:
                 tasks.append(asyncio.ensure_future(self._progressing(nc)))
             await self._stop.wait()
@@ -160,3 +178,12 @@ class Keepalive:
                     await nc.publish(subject, IN_PROGRESS)
             except Exception as exc:
                 log.warning("progress acknowledgement failed: %r", exc)
+
+    async def _ticking_streams(self, nc: Any) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                for subject, headers in self.ticking():
+                    await nc.publish(subject, b"", headers=headers)
+            except Exception as exc:
+                log.warning("stream tick failed: %r", exc)

@@ -16,6 +16,13 @@ is redelivered after the consumer's ack wait (3 s by default); while a message
 is held (queued or running), the worker tells the server every second that it
 is still in progress, from a thread of its own (cluster.keepalive) that also
 puts the heartbeats. A message whose deadline passed is not run.
+
+A streamed answer (a generation with ``stream: true``) is published on the
+reply subject piece by piece as it is made (cluster.streams): its head, each
+chunk with its sequence number, its end; the keepalive thread ticks it, and a
+cancel message from the gateway (its client went away) stops the run as a
+disconnecting client stops it on ``sift serve``. The message is acknowledged
+once the end is published.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -44,6 +52,17 @@ from sift_server.cluster.heartbeat import worker_view
 from sift_server.cluster.hops import PUBLISHED_HEADER, STAMPS, format_stamps, worker_headers
 from sift_server.cluster.jetstream import ensure_consumer, ensure_stream, heartbeat_bucket
 from sift_server.cluster.keepalive import Keepalive
+from sift_server.cluster.streams import (
+    CANCEL_HEADER,
+    CANCEL_PREFIX,
+    END_HEADER,
+    ENDED_DONE,
+    ENDED_FAILED,
+    RUN_HEADER,
+    SEQ_HEADER,
+    TICK_HEADER,
+    cancel_subject,
+)
 from sift_server.cluster.subjects import (
     DEADLINE_HEADER,
     RECONNECT_WAIT_S,
@@ -99,6 +118,50 @@ class WorkerOptions:
     hop_stamps: bool = False
 
 
+class Hangup:
+    """When nobody waits for a request's answer any more: a whole answer, once its
+    deadline passed; a streamed one (which runs as long as it is read), once the
+    gateway cancels it (its client went away, cluster.streams)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.streaming = False
+        self.cancelled = asyncio.Event()
+
+    async def wait(self) -> None:
+        if self.streaming:
+            await self.cancelled.wait()
+        else:
+            await asyncio.sleep(max(0.0, self.deadline - time.time()))
+
+
+async def run_core(
+    state: ServerState,
+    path: str,
+    headers: list[tuple[str, str]],
+    body: Buffer,
+    *,
+    ingress: IngressTicket | None,
+    hangup: Hangup,
+) -> Reply:
+    """One queued request through the serving core (``core.serve.handle``), the
+    same entry ``sift serve``'s routes call; its answer whole or streamed.
+    Domain errors stay raised (the caller decides ack, nak or terminate)."""
+    target = route(path)
+    if target is None:
+        return error_reply(state, None, RouteNotFound(f"No route {path} on a worker."))
+    endpoint, model = target
+    lowered = {k.lower(): v for k, v in headers}
+    call = Call(endpoint, model, lowered, body, ingress=ingress, disconnected=hangup.wait)
+    with propagation.message_span(f"POST {path}", lowered, **{"sift.model": model}):
+        try:
+            return await handle(state, call)
+        except (RequestCancelled, ShuttingDown):
+            raise
+        except SiftError as error:
+            return error_reply(state, endpoint, error)
+
+
 async def call_core(
     state: ServerState,
     path: str,
@@ -108,36 +171,21 @@ async def call_core(
     ingress: IngressTicket | None,
     deadline: float,
 ) -> WorkReply:
-    """One queued request through the serving core (``core.serve.handle``), the
-    same entry ``sift serve``'s routes call; nobody waits past its deadline.
-    Domain errors stay raised (the caller decides ack, nak or terminate)."""
-    target = route(path)
-    if target is None:
-        return await _work_reply(error_reply(state, None, RouteNotFound(f"No route {path} on a worker.")))
-    endpoint, model = target
+    """``run_core`` with its answer whole (a streamed one joined); nobody waits past its deadline."""
+    return await _work_reply(await run_core(state, path, headers, body, ingress=ingress, hangup=Hangup(deadline)))
 
-    async def gone() -> None:
-        await asyncio.sleep(max(0.0, deadline - time.time()))
 
-    lowered = {k.lower(): v for k, v in headers}
-    call = Call(endpoint, model, lowered, body, ingress=ingress, disconnected=gone)
-    with propagation.message_span(f"POST {path}", lowered, **{"sift.model": model}):
-        try:
-            reply = await handle(state, call)
-        except (RequestCancelled, ShuttingDown):
-            raise
-        except SiftError as error:
-            reply = error_reply(state, endpoint, error)
-    return await _work_reply(reply)
+def _reply_headers(reply: Reply) -> list[tuple[str, str]]:
+    headers = [(name.lower(), value) for name, value in reply.headers.items()]
+    headers.append(("content-type", reply.media_type))
+    return headers
 
 
 async def _work_reply(reply: Reply) -> WorkReply:
     """The reply as an HTTP answer's header list, names in lower case; a streamed
     body is joined (the reply is one message)."""
-    headers = [(name.lower(), value) for name, value in reply.headers.items()]
-    headers.append(("content-type", reply.media_type))
     body = reply.body if isinstance(reply.body, bytes) else b"".join([chunk async for chunk in reply.body])
-    return WorkReply(reply.status, headers, body)
+    return WorkReply(reply.status, _reply_headers(reply), body)
 
 
 class ModelPuller:
@@ -254,9 +302,10 @@ class ModelPuller:
                 return
             work = unpack_request(msg.data)
             app_start = time.perf_counter()
+            hangup = Hangup(deadline)
             try:
-                reply = await call_core(
-                    self.owner.state, work.path, work.headers, work.body, ingress=ticket, deadline=deadline
+                answer = await run_core(
+                    self.owner.state, work.path, work.headers, work.body, ingress=ticket, hangup=hangup
                 )
             except RequestCancelled:
                 await msg.term()  # its deadline passed while queued
@@ -267,13 +316,18 @@ class ModelPuller:
             finally:
                 if ticket is not None:
                     ticket.end()  # refused before admission (bad input...): no longer incoming
+            reply_to = headers.get(REPLY_HEADER)
+            if not isinstance(answer.body, bytes):
+                await self._stream(answer, reply_to, hangup, headers.get(PUBLISHED_HEADER), delivered)
+                await msg.ack()
+                return
+            reply = await _work_reply(answer)
             app_end = time.perf_counter()
             reply.headers.append((WORKER_HEADER, self.owner.worker_id))
             reply.headers.extend(worker_headers(headers.get(PUBLISHED_HEADER), delivered, time.time()))
             if self.owner.stamps:
                 stamps = [("w_receive", arrived), ("w_app", app_start), ("w_app_end", app_end)]
                 reply.headers.append((STAMPS, format_stamps([*stamps, ("w_reply", time.perf_counter())])))
-            reply_to = headers.get(REPLY_HEADER)
             if reply_to and self.owner.nc is not None:
                 await self.owner.nc.publish(reply_to, pack_reply(reply))
             await msg.ack()
@@ -285,6 +339,47 @@ class ModelPuller:
             self.inflight.pop(key, None)
             self.owner.keepalive_release(msg.reply)
             self._wanted.set()
+
+    async def _stream(
+        self, answer: Reply, reply_to: str | None, hangup: Hangup, published: str | None, delivered: float
+    ) -> None:
+        """A streamed answer on the reply subject: head, chunks, end (cluster.streams).
+        A cancel message from the gateway, or nobody to send to, stops the run."""
+        body = answer.body
+        assert not isinstance(body, bytes)
+        nc = self.owner.nc
+        hangup.streaming = True
+        if not reply_to or nc is None:
+            hangup.cancelled.set()
+        run = self.owner.new_run(hangup)
+        marks = {RUN_HEADER: run}
+        ended = ENDED_DONE
+        try:
+            if nc is None or not reply_to:
+                return
+            head = WorkReply(answer.status, _reply_headers(answer), b"")
+            head.headers.append((WORKER_HEADER, self.owner.worker_id))
+            head.headers.extend(worker_headers(published, delivered, time.time()))
+            await nc.publish(
+                reply_to, pack_reply(head), headers={**marks, SEQ_HEADER: "0", CANCEL_HEADER: cancel_subject(run)}
+            )
+            self.owner.keepalive_tick(reply_to, {**marks, TICK_HEADER: "1", CANCEL_HEADER: cancel_subject(run)})
+            seq = 0
+            try:
+                async for chunk in body:
+                    if chunk:
+                        seq += 1
+                        await nc.publish(reply_to, bytes(chunk), headers={**marks, SEQ_HEADER: str(seq)})
+            except Exception:
+                log.exception("stream of model %s broke off", self.model)
+                ended = ENDED_FAILED
+            await nc.publish(reply_to, b"", headers={**marks, SEQ_HEADER: str(seq + 1), END_HEADER: ended})
+        finally:
+            self.owner.end_run(run)
+            if reply_to:
+                self.owner.keepalive_untick(reply_to)
+            with contextlib.suppress(Exception):
+                await body.aclose()  # type: ignore[attr-defined]
 
     async def drain(self, grace_s: float) -> None:
         """Take no new messages; finish (reply, ack) those held, within the grace period."""
@@ -311,6 +406,10 @@ class StreamWorker:
         self.keepalive: Keepalive | None = None
         self._stop = asyncio.Event()
         self._rechecking: asyncio.Task[None] | None = None
+        # Streams being sent, by run (cluster.streams): a cancel message sets the run's hangup.
+        self._run_prefix = uuid.uuid4().hex
+        self._runs = itertools.count(1)
+        self.running: dict[str, Hangup] = {}
 
     async def run(self) -> None:
         for name in self.models:
@@ -336,6 +435,7 @@ class StreamWorker:
             self.options.progress_interval_s,
         )
         await asyncio.to_thread(self.keepalive.start)
+        await self.nc.subscribe(f"{CANCEL_PREFIX}.{self._run_prefix}.*", cb=self._on_cancel)
         for name in self.models:
             durable = await ensure_consumer(self.js, name, self.options.ack_wait_s)
             puller = ModelPuller(self, name, durable)
@@ -409,6 +509,28 @@ class StreamWorker:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def new_run(self, hangup: Hangup) -> str:
+        """A name for one run of a streamed answer; its cancel message sets ``hangup``."""
+        run = f"{self._run_prefix}.{next(self._runs)}"
+        self.running[run] = hangup
+        return run
+
+    def end_run(self, run: str) -> None:
+        self.running.pop(run, None)
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        hangup = self.running.get(msg.subject[len(CANCEL_PREFIX) + 1 :])
+        if hangup is not None:
+            hangup.cancelled.set()
+
+    def keepalive_tick(self, reply_subject: str, headers: dict[str, str]) -> None:
+        if self.keepalive is not None:
+            self.keepalive.tick(reply_subject, headers)
+
+    def keepalive_untick(self, reply_subject: str) -> None:
+        if self.keepalive is not None:
+            self.keepalive.untick(reply_subject)
 
     def keepalive_hold(self, ack_subject: str | None) -> None:
         if ack_subject and self.keepalive is not None:

@@ -1,0 +1,69 @@
+"""A test-only generation adapter: the real OpenVINO GenAI engine, its steps paced
+(``step_ms`` apart) so that a test can act in the middle of a stream, and each
+run the engine did not finish (closed early: a cancellation) written down in
+``marker`` as the number of steps it had made."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+
+from sift_server.adapters.base import LoadContext
+from sift_server.generation.adapter import GenerationAdapter
+from sift_server.generation.engine import GenerationEngine, Step
+from sift_server.generation.params import Sampling
+
+SLOW_GENERATOR_ADAPTER = "test-slow-genai"
+
+
+class PacedEngine:
+    def __init__(self, engine: GenerationEngine, step_s: float, marker: Path | None) -> None:
+        self.engine = engine
+        self.step_s = step_s
+        self.marker = marker
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: Sampling) -> AsyncGenerator[Step, None]:
+        steps = self.engine.generate(prompt_ids, sampling)
+        made, finished = 0, False
+        try:
+            async for step in steps:
+                await asyncio.sleep(self.step_s)
+                made += 1
+                finished = step.finish is not None
+                yield step
+        finally:
+            await steps.aclose()
+            if not finished and self.marker is not None:
+                with self.marker.open("a") as out:
+                    out.write(f"{made}\n")
+
+    def memory_bytes(self) -> int:
+        return self.engine.memory_bytes()
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class SlowGenerationAdapter(GenerationAdapter):
+    @classmethod
+    def load(cls, ctx: LoadContext) -> GenerationAdapter:
+        adapter = GenerationAdapter.load(ctx)
+        marker = ctx.options.get("marker")
+        step_s = float(ctx.options.get("step_ms", 20)) / 1000
+        paced = PacedEngine(adapter.engine, step_s, Path(marker) if marker else None)
+        return cls(adapter.tokenizer, paced, adapter.limits, adapter.info.runtime)
+
+
+def register() -> None:
+    from sift_server.adapters.records import AdapterRecord
+    from sift_server.adapters.records import register as register_record
+
+    register_record(
+        AdapterRecord(
+            name=SLOW_GENERATOR_ADAPTER,
+            target="tests.cluster.slow_generator:SlowGenerationAdapter",
+            tasks=frozenset({"generate"}),
+            backends=frozenset({"openvino"}),
+        )
+    )
