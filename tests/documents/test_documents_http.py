@@ -121,15 +121,19 @@ def test_a_pdf_without_weights_names_what_is_missing(server: ServerProcess) -> N
 
 BAD_DOCUMENTS: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
     "truncated": (lambda: {"data": documents.docx_report()[:3000], "format": "docx"}, "truncated or corrupt ZIP"),
+    "truncated-pdf": (lambda: {"data": documents.pdf_pages(3)[:200], "format": "pdf"}, "PDF is truncated or corrupt"),
     "encrypted-pdf": (lambda: {"data": documents.pdf_encrypted(), "format": "pdf"}, "the PDF is encrypted"),
     "encrypted-office": (lambda: {"data": documents.OLE_DOCUMENT, "format": "docx"}, "encrypted Office file"),
     "zip-bomb": (lambda: {"data": documents.docx_bomb(), "format": "docx"}, "ZIP bomb"),
+    "pdf-bomb": (lambda: {"data": documents.pdf_stream_bomb(8), "format": "pdf"}, "(a PDF bomb?)"),
     "contradiction": (
         lambda: {"data": documents.docx_report(), "format": "pdf"},
         "declared 'pdf' but its data is a DOCX document",
     ),
     "pages": (lambda: {"data": documents.pdf_pages(10_000), "format": "pdf"}, "the PDF has 10000 pages"),
     "pixels": (lambda: {"data": documents.png_header(8000, 6251), "format": "png"}, "50008000 pixels; the limit"),
+    "pdf-pixels": (lambda: {"data": documents.pdf_with_image(8000, 6251)}, "50008000 pixels; the limit"),
+    "docx-pixels": (lambda: {"data": documents.docx_with_image(8000, 6251)}, "50008000 pixels; the limit"),
     "rtf": (lambda: {"data": documents.MARKDOWN, "format": "rtf"}, "documents of format 'rtf' are not converted"),
 }
 
@@ -140,6 +144,34 @@ def test_bad_documents_are_400_naming_the_item(server: ServerProcess, case: str)
     good = {"text": "unused", "document": {"data": documents.MARKDOWN}}
     message = _refusal(_post(server, [good, {"document": make()}]))
     assert message.startswith("items[1]") and expected in message
+
+
+ENCODE = "/v1/encode/sentence-transformers/all-MiniLM-L6-v2"
+
+
+async def test_bad_documents_disturb_nothing_in_flight(server: ServerProcess) -> None:
+    """Every bad document at once, beside a good conversion, an encode and /healthz: each bad
+    one is its own 400, the good answers are what they are alone, the server stays up."""
+    encode_body = {"items": [{"text": "still here"}]}
+    as_json = {"Accept": "application/json"}
+    bad = [msgpack.packb({"items": [{"document": make()}]}) for make, _ in BAD_DOCUMENTS.values()]
+    good = msgpack.packb({"items": [{"document": {"data": documents.docx_report(), "format": "docx"}}]})
+    async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+        alone = (await client.post(ENCODE, json=encode_body, headers=as_json)).json()["items"][0]
+        answers = await asyncio.gather(
+            *(client.post(EXTRACT, content=body, headers=MSGPACK) for body in bad),
+            client.post(EXTRACT, content=good, headers=MSGPACK),
+            client.post(ENCODE, json=encode_body, headers=as_json),
+            client.get("/healthz"),
+        )
+        after = await client.post(ENCODE, json=encode_body)
+    *refused, converted, encoded, health = answers
+    for response, (_, expected) in zip(refused, BAD_DOCUMENTS.values(), strict=True):
+        assert expected in _refusal(response)
+    assert _items(converted)[0]["data"]["markdown"] == REPORT_MARKDOWN
+    assert encoded.status_code == 200 and health.status_code == 200 and after.status_code == 200
+    assert encoded.json()["items"][0]["dense"]["values"] == pytest.approx(alone["dense"]["values"], abs=1e-6)
+    assert server.process.poll() is None
 
 
 def test_an_image_item_is_an_image_document(server: ServerProcess) -> None:
@@ -165,9 +197,7 @@ async def test_an_encode_request_is_answered_while_a_document_converts(server: S
     async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
         conversion = asyncio.create_task(client.post(EXTRACT, content=body, headers=MSGPACK))
         await asyncio.sleep(0.5)
-        encoded = await client.post(
-            "/v1/encode/sentence-transformers/all-MiniLM-L6-v2", json={"items": [{"text": "still here"}]}
-        )
+        encoded = await client.post(ENCODE, json={"items": [{"text": "still here"}]})
         health = await client.get("/healthz")
         converted = await conversion
     assert encoded.status_code == 200 and health.status_code == 200
