@@ -33,28 +33,44 @@ HTML_MARKDOWN = (
 )
 
 
+# A second docling entry with a short per-document deadline (its own conversion process).
+DEADLINE_MODEL = "tiny/docling-deadline"
+DEADLINE_S = 3
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # The shipped catalog's entry: its weights (a hub repository) are not in the test machine's cache.
     root = tmp_path_factory.mktemp("documents")
-    proc = start_server(["--queue-timeout-s", "600"], root / "server.log")
-    # The first request starts the load (the conversion process imports docling): wait for it.
-    deadline = time.monotonic() + 600
-    while True:
-        response = _post(proc, [{"document": {"data": documents.MARKDOWN, "format": "md"}}])
-        if response.status_code != 503 or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert response.status_code == 200, response.text
+    (root / "catalog").mkdir()
+    (root / "empty").mkdir()
+    (root / "catalog" / "deadline.yaml").write_text(
+        f"name: {DEADLINE_MODEL}\nadapter: docling\nsource:\n  path: {root / 'empty'}\ntasks: [extract]\n"
+        f"options:\n  document_timeout_s: {DEADLINE_S}\nbatching:\n  max_batch_cost: 1\n"
+    )
+    proc = start_server(["--queue-timeout-s", "600", "--catalog", str(root / "catalog")], root / "server.log")
+    _wait_loaded(proc, "docling")
     yield proc
     proc.stop()
 
 
-def _post(server: ServerProcess, items: list[dict[str, Any]], **params: Any) -> httpx.Response:
+def _wait_loaded(server: ServerProcess, model: str) -> None:
+    """The first request starts the load (the conversion process imports docling): wait for it."""
+    deadline = time.monotonic() + 600
+    while True:
+        response = _post(server, [{"document": {"data": documents.MARKDOWN, "format": "md"}}], model=model)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert response.status_code == 200, response.text
+
+
+def _post(server: ServerProcess, items: list[dict[str, Any]], model: str = "docling", **params: Any) -> httpx.Response:
     body: dict[str, Any] = {"items": items}
     if params:
         body["params"] = params
-    return httpx.post(server.url + EXTRACT, content=msgpack.packb(body), headers=MSGPACK, timeout=300)
+    path = f"/v1/extract/{model}"
+    return httpx.post(server.url + path, content=msgpack.packb(body), headers=MSGPACK, timeout=300)
 
 
 def _items(response: httpx.Response) -> list[dict[str, Any]]:
@@ -203,6 +219,30 @@ async def test_an_encode_request_is_answered_while_a_document_converts(server: S
     assert encoded.status_code == 200 and health.status_code == 200
     markdown = _items(converted)[0]["data"]["markdown"]
     assert markdown.count("## Section") == 75 and "Paragraph 1499:" in markdown
+
+
+async def test_a_document_past_its_deadline_is_its_items_error_and_stalls_nothing(server: ServerProcess) -> None:
+    """A 46-page DOCX (seconds to convert) on a model whose deadline is 3 s: its child is killed,
+    its item answers the error, the next document of the request converts in a fresh child, and
+    an encode and /healthz are answered meanwhile."""
+    _wait_loaded(server, DEADLINE_MODEL)
+    items = [{"document": {"data": documents.docx_pages(1500)}}, {"document": {"data": documents.docx_report()}}]
+    async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+        conversion = asyncio.create_task(
+            client.post(f"/v1/extract/{DEADLINE_MODEL}", content=msgpack.packb({"items": items}), headers=MSGPACK)
+        )
+        await asyncio.sleep(0.5)
+        encoded = await client.post(ENCODE, json={"items": [{"text": "still here"}]})
+        health = await client.get("/healthz")
+        # Not a timing: the conversion cannot end before its 3 s deadline and a fresh child's start.
+        assert not conversion.done()
+        slow, small = _items(await conversion)
+    assert encoded.status_code == 200 and health.status_code == 200
+    assert slow["error"] == {
+        "code": "INFERENCE_ERROR",
+        "message": f"Document conversion failed: the conversion took longer than {DEADLINE_S} s.",
+    }
+    assert small["data"]["markdown"] == REPORT_MARKDOWN and "error" not in small
 
 
 def test_the_released_sdk_sends_documents(server: ServerProcess, tmp_path: Path) -> None:
