@@ -160,3 +160,11 @@ def test_a_pdf_image_of_too_many_pixels_is_refused_from_its_dictionary() -> None
     assert _inspect(documents.pdf_with_image(320, 120)) == ("pdf", 1)
     assert "an image of 8000 × 6251 = 50008000 pixels" in _refused(documents.pdf_with_image(8000, 6251))
     assert "an image of 8000 × 6251" in _refused(documents.pdf_with_image(8000, 6251, indirect=True))
+
+
+def test_a_pdf_of_too_many_streams_is_refused_before_pdfium_reads_it() -> None:
+    limits = DocumentLimits(max_pdf_streams=2)
+    assert _inspect(documents.pdf_with_image(32, 32), limits=limits) == ("pdf", 1)
+    assert "the PDF has more than 1 streams" in _refused(
+        documents.pdf_with_image(32, 32), limits=replace(limits, max_pdf_streams=1)
+    )

@@ -41,15 +41,18 @@ PAGED = frozenset({"pdf", "pptx", "xlsx", "image"})
 
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
-    """Per document: encoded bytes, pages, pixels of one embedded image, and for an
-    Office archive the bytes it unpacks to, its members and its worst compression
-    ratio. The page, byte and timeout limits are the reference's catalog defaults."""
+    """Per document: encoded bytes, pages, pixels of one embedded image, for an Office
+    archive the bytes it unpacks to, its members and its worst compression ratio (the
+    same bytes and ratio for a PDF's streams), and a PDF's streams. The page, byte and
+    timeout limits are the reference's catalog defaults."""
 
     max_bytes: int = 16 * 1024 * 1024
     max_pages: int = 100
     max_pixels: int = 50_000_000
     max_unpacked_bytes: int = 256 * 1024 * 1024
     max_members: int = 10_000
+    # Streams of one PDF (content, images, fonts, object streams): what its scan reads.
+    max_pdf_streams: int = 20_000
     max_ratio: int = 200
     per_request: int = 32
 
@@ -146,7 +149,9 @@ def _check_pdf(raw: bytes, where: str, limits: DocumentLimits) -> int:
     bomb), then the document's page tree and encryption with PDFium."""
     import pypdfium2
 
-    streams = scan_streams(raw, limits.max_ratio, limits.max_unpacked_bytes)
+    streams = scan_streams(raw, limits.max_ratio, limits.max_unpacked_bytes, limits.max_pdf_streams)
+    if streams.streams > limits.max_pdf_streams:
+        raise InvalidInput(f"{where}: the PDF has more than {limits.max_pdf_streams} streams; that is the limit.")
     if streams.bomb is not None:
         out, consumed = streams.bomb
         if streams.inflated > limits.max_unpacked_bytes:
