@@ -9,13 +9,15 @@ latency of encode requests while a long document converts.
 affinity); pages are what the server counts (PDF pages, slides, sheets; an estimate by size
 for DOCX, HTML, Markdown). ``gil`` converts a 10-page DOCX in a thread of this process, then
 in the child (on CPU 0), while the main thread (on CPU 1) sleeps 1 ms at a time: its
-lateness is how long the GIL was out of reach. ``latency`` starts ``sift serve`` on the first CPU (the probe on the
-second), encodes one short text 40 times idle, then 40 times while the DOCX converts.
+lateness is how long the GIL was out of reach. ``latency`` starts ``sift serve`` on the first
+CPU (the probe on the second), encodes one short text one request after another: 200 times
+idle, as many times as fit while a 50-page DOCX converts, 200 times idle again.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import threading
@@ -36,16 +38,88 @@ CHILD = "sift_server.adapters.docling_child"
 WORK_CPU, WATCH_CPU = 0, 1
 
 
+def _memo_docx() -> bytes:
+    """A two-page memo: a title, three sections of paragraphs, a bullet list and a table."""
+    import io
+
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Supplier review, second quarter", 0)
+    for section in ("Summary", "Findings", "Next steps"):
+        document.add_heading(section, 1)
+        for index in range(4):
+            document.add_paragraph(f"{section} point {index + 1}: " + "deliveries were on time and within budget. " * 6)
+    for item in ("renew the contract", "audit the invoices", "visit the plant"):
+        document.add_paragraph(item, style="List Bullet")
+    table = document.add_table(rows=6, cols=4)
+    for row in range(6):
+        for col in range(4):
+            table.cell(row, col).text = ("supplier", "orders", "late", "score")[col] if row == 0 else f"{row * col}"
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def _article_html() -> bytes:
+    """A 3 KB article page: a title, sections, paragraphs with links, a list and a table."""
+    sections = []
+    for index in range(6):
+        paragraphs = "".join(
+            f"<p>Paragraph {j} of section {index}: the <a href='/x'>committee</a> met on <b>Tuesday</b> "
+            "and agreed on the budget for the coming year.</p>"
+            for j in range(3)
+        )
+        sections.append(f"<h2>Section {index + 1}</h2>{paragraphs}")
+    rows = "".join(f"<tr><td>item {i}</td><td>{i * 7}</td><td>{i * 1.5:.1f}</td></tr>" for i in range(10))
+    body = "".join(sections) + "<ul><li>one</li><li>two</li><li>three</li></ul>"
+    body += f"<table><tr><th>item</th><th>count</th><th>price</th></tr>{rows}</table>"
+    head = "<!DOCTYPE html><html><head><title>News</title></head>"
+    return f"{head}<body><h1>Annual meeting</h1>{body}</body></html>".encode()
+
+
+def _readme_md() -> bytes:
+    """A 4 KB README: headings, paragraphs, a list, a code block and a table."""
+    parts = ["# Project\n\nA small library for reading sensor data.\n"]
+    for index in range(8):
+        parts.append(f"## Part {index + 1}\n\n" + "The reader parses *records* and **checks** them. " * 8 + "\n")
+        parts.append("- first\n- second\n- third\n")
+    parts.append("```python\nimport sensors\nprint(sensors.read())\n```\n")
+    parts.append("| field | type |\n|---|---|\n" + "".join(f"| f{i} | int |\n" for i in range(10)))
+    return "\n".join(parts).encode()
+
+
+def _orders_csv() -> bytes:
+    """200 orders of six columns (9 KB)."""
+    lines = ["order,date,customer,region,units,amount"]
+    lines += [
+        f"{i},2026-{i % 12 + 1:02d}-{i % 28 + 1:02d},customer {i % 37},region {i % 5},{i % 9},{i * 3.25:.2f}"
+        for i in range(200)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def _cases() -> dict[str, tuple[bytes, str]]:
+    """Realistic small documents of each weight-free format, made here (none are in git), and
+    the long DOCX of the latency measurement."""
     return {
-        "docx (1 page)": (documents.docx_report(), "docx"),
-        "docx (46 pages)": (documents.docx_pages(1500), "docx"),
-        "pptx (20 slides)": (documents.pptx_slides(20), "pptx"),
-        "xlsx (3 sheets × 200 rows)": (documents.xlsx_sheets(3, 200), "xlsx"),
-        "html (1 page)": (documents.HTML_PAGE, "html"),
-        "html (60 KB, 4 pages)": (documents.HTML_PAGE * 250, "html"),
-        "md (60 KB, 4 pages)": (documents.MARKDOWN * 600, "md"),
+        "docx (memo: title, 3 sections, list, table)": (_memo_docx(), "docx"),
+        "pptx (12 slides: title and bullets)": (documents.pptx_slides(12), "pptx"),
+        "xlsx (1 sheet × 100 rows)": (documents.xlsx_sheets(1, 100), "xlsx"),
+        "html (3 KB article: sections, links, list, table)": (_article_html(), "html"),
+        "md (4 KB README: sections, lists, code, table)": (_readme_md(), "md"),
+        "csv (200 rows × 6 columns)": (_orders_csv(), "csv"),
+        f"docx ({LONG_PAGES} pages: {LONG_PARAGRAPHS} paragraphs, headings and tables)": (_long_docx(), "docx"),
     }
+
+
+# The long document of the latency measurement: 50 pages as the server counts DOCX pages.
+LONG_PARAGRAPHS = 1630
+LONG_PAGES = 50
+
+
+def _long_docx() -> bytes:
+    return documents.docx_pages(LONG_PARAGRAPHS)
 
 
 def _child(nice: int = 0) -> ConversionProcess:
@@ -127,30 +201,37 @@ def gil() -> None:
     process.stop()
 
 
-def _encode_ms(client: httpx.Client, count: int) -> list[float]:
-    times = []
-    for _ in range(count):
-        started = time.perf_counter()
-        response = client.post(f"/v1/encode/{MINILM}", json={"items": [{"text": "is the server still here?"}]})
-        response.raise_for_status()
-        times.append(1000 * (time.perf_counter() - started))
-    return times
+def _encode(client: httpx.Client) -> tuple[float, float]:
+    """One short text encoded: (round trip, the server's forward time), in ms."""
+    started = time.perf_counter()
+    response = client.post(f"/v1/encode/{MINILM}", json={"items": [{"text": "is the server still here?"}]})
+    response.raise_for_status()
+    return 1000 * (time.perf_counter() - started), float(response.headers["X-Inference-Time"])
 
 
-def _summary(times: list[float]) -> str:
+def _quantiles(times: list[float]) -> dict[str, float]:
     ordered = sorted(times)
-    p90 = ordered[int(0.9 * len(ordered)) - 1]
-    return f"p50 {statistics.median(ordered):.1f} ms, p90 {p90:.1f} ms, max {ordered[-1]:.1f} ms"
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": ordered[-1]}
 
 
 def latency(count: int) -> None:
-    body = msgpack.packb({"items": [{"document": {"data": documents.docx_pages(1500), "format": "docx"}}]})
+    """Encodes one after another: ``count`` idle, then as many as fit in the conversion of the
+    50-page DOCX, then ``count`` idle again (the idle arm is both, so that drift shows)."""
+    data = _long_docx()
+    pages = inspect_document(data, "docx", "long", DocumentLimits()).pages
+    body = msgpack.packb({"items": [{"document": {"data": data, "format": "docx"}}]})
     headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+    small = msgpack.packb({"items": [{"document": {"data": documents.MARKDOWN, "format": "md"}}]})
     with start_server() as server, httpx.Client(base_url=server.url, timeout=900) as client:
-        while client.post("/v1/extract/docling", content=body, headers=headers).status_code == 503:
+        while client.post("/v1/extract/docling", content=small, headers=headers).status_code == 503:
             time.sleep(1)  # the first request loads the model (the child imports docling)
-        _encode_ms(client, 10)
-        idle = _encode_ms(client, count)
+        for _ in range(20):
+            _encode(client)
+        idle = [_encode(client) for _ in range(count)]
         took: list[float] = []
 
         def convert() -> None:
@@ -161,14 +242,22 @@ def latency(count: int) -> None:
 
         worker = threading.Thread(target=convert)
         worker.start()
-        time.sleep(0.3)
-        during = _encode_ms(client, count)
-        still_converting = worker.is_alive()
+        time.sleep(0.5)  # the request is in, its document in the child
+        during: list[tuple[float, float]] = []
+        while worker.is_alive():
+            during.append(_encode(client))
         worker.join()
-    print(f"encode idle:              {_summary(idle)}")
+        idle += [_encode(client) for _ in range(count)]
+    quiet, busy = _quantiles([ms for ms, _ in idle]), _quantiles([ms for ms, _ in during])
+    forward = statistics.median(fwd for _, fwd in idle)
+    print(f"{pages}-page DOCX converted in {took[0]:.1f} s; {len(idle)} encodes idle, {len(during)} during it")
+    print("| encode of one short text | p50 | p90 | p99 | max |\n|---|---|---|---|---|")
+    for name, row in (("idle", quiet), ("during the conversion", busy)):
+        print(f"| {name} | " + " | ".join(f"{row[key]:.1f} ms" for key in row) + " |")
+    print("| ratio | " + " | ".join(f"{busy[key] / quiet[key]:.2f}" for key in quiet) + " |")
     print(
-        f"encode during conversion: {_summary(during)} (conversion {took[0]:.2f} s; "
-        f"{'all' if still_converting else 'not all'} encodes inside it)"
+        f"one forward (the server's X-Inference-Time, idle median): {forward:.1f} ms; p50 grew by "
+        f"{busy['p50'] - quiet['p50']:.1f} ms"
     )
 
 
@@ -176,7 +265,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("what", choices=("throughput", "gil", "latency"))
     parser.add_argument("--min-s", type=float, default=5.0, help="throughput: seconds per format (at least 3 runs)")
-    parser.add_argument("--count", type=int, default=40, help="latency: encodes per phase")
+    parser.add_argument("--count", type=int, default=200, help="latency: idle encodes before and after")
     args = parser.parse_args()
     if args.what == "throughput":
         throughput(args.min_s)
