@@ -10,8 +10,10 @@ affinity); pages are what the server counts (PDF pages, slides, sheets; an estim
 for DOCX, HTML, Markdown). ``gil`` converts a 10-page DOCX in a thread of this process, then
 in the child (on CPU 0), while the main thread (on CPU 1) sleeps 1 ms at a time: its
 lateness is how long the GIL was out of reach. ``latency`` starts ``sift serve`` on the first
-CPU (the probe on the second), encodes one short text one request after another: 200 times
-idle, as many times as fit while a 50-page DOCX converts, 200 times idle again.
+CPU (the probe on the second) with a docling entry per conversion nice (``--nices``, 10 and
+19), and per entry encodes one short text one request after another: 200 times idle, as many
+times as fit while a 50-page DOCX converts, 200 times idle again. ``throughput`` also reports
+the child's CPU time per document, which waiting for a shared core does not inflate.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import argparse
 import math
 import os
 import statistics
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -230,47 +233,73 @@ def _quantiles(times: list[float]) -> dict[str, float]:
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": ordered[-1]}
 
 
-def latency(count: int) -> None:
-    """Encodes one after another: ``count`` idle, then as many as fit in the conversion of the
-    50-page DOCX, then ``count`` idle again (the idle arm is both, so that drift shows)."""
+def _nice_catalog(folder: Path, nices: Sequence[int]) -> Path:
+    """docling entries at each conversion nice, with a deadline the long DOCX cannot reach."""
+    catalog, empty = folder / "catalog", folder / "empty"
+    catalog.mkdir(parents=True)
+    empty.mkdir()
+    for nice in nices:
+        (catalog / f"docling-nice{nice}.yaml").write_text(
+            f"name: probe/docling-nice{nice}\nadapter: docling\nsource:\n  path: {empty}\ntasks: [extract]\n"
+            f"options:\n  conversion_nice: {nice}\n  document_timeout_s: 1800\nbatching:\n  max_batch_cost: 1\n"
+        )
+    return catalog
+
+
+def _latency_arm(client: httpx.Client, url: str, model: str, count: int, body: bytes) -> list[str]:
+    """Encodes one after another: ``count`` idle, as many as fit in the conversion of the long
+    DOCX on ``model``, ``count`` idle again (the idle arm is both, so that drift shows)."""
+    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+    small = msgpack.packb({"items": [{"document": {"data": documents.MARKDOWN, "format": "md"}}]})
+    while client.post(f"/v1/extract/{model}", content=small, headers=headers).status_code == 503:
+        time.sleep(1)  # the first request loads the model (the child imports docling)
+    for _ in range(20):
+        _encode(client)
+    idle = [_encode(client) for _ in range(count)]
+    took: list[float] = []
+
+    def convert() -> None:
+        started = time.perf_counter()
+        with httpx.Client(base_url=url, timeout=1800) as own:
+            response = own.post(f"/v1/extract/{model}", content=body, headers=headers)
+        response.raise_for_status()
+        (item,) = msgpack.unpackb(response.content)["items"]
+        assert "error" not in item, item["error"]
+        took.append(time.perf_counter() - started)
+
+    worker = threading.Thread(target=convert)
+    worker.start()
+    time.sleep(0.5)  # the request is in, its document in the child
+    during: list[tuple[float, float]] = []
+    while worker.is_alive():
+        during.append(_encode(client))
+    worker.join()
+    idle += [_encode(client) for _ in range(count)]
+    quiet, busy = _quantiles([ms for ms, _ in idle]), _quantiles([ms for ms, _ in during])
+    forward = statistics.median(fwd for _, fwd in idle)
+    name = model.removeprefix("probe/")
+    return [
+        f"| {name}: idle ({len(idle)}) | " + " | ".join(f"{quiet[key]:.1f} ms" for key in quiet) + " | |",
+        f"| {name}: during the conversion ({len(during)}; {took[0]:.1f} s) | "
+        + " | ".join(f"{busy[key]:.1f} ms" for key in busy)
+        + f" | {busy['p50'] - quiet['p50']:+.1f} ms (one forward: {forward:.1f} ms) |",
+        f"| {name}: ratio | " + " | ".join(f"{busy[key] / quiet[key]:.2f}" for key in quiet) + " | |",
+    ]
+
+
+def latency(count: int, nices: Sequence[int]) -> None:
+    """One server, one docling entry per conversion nice; each arm in turn (see _latency_arm)."""
     data = _long_docx()
     pages = inspect_document(data, "docx", "long", DocumentLimits()).pages
     body = msgpack.packb({"items": [{"document": {"data": data, "format": "docx"}}]})
-    headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
-    small = msgpack.packb({"items": [{"document": {"data": documents.MARKDOWN, "format": "md"}}]})
-    with start_server() as server, httpx.Client(base_url=server.url, timeout=900) as client:
-        while client.post("/v1/extract/docling", content=small, headers=headers).status_code == 503:
-            time.sleep(1)  # the first request loads the model (the child imports docling)
-        for _ in range(20):
-            _encode(client)
-        idle = [_encode(client) for _ in range(count)]
-        took: list[float] = []
-
-        def convert() -> None:
-            started = time.perf_counter()
-            with httpx.Client(base_url=server.url, timeout=900) as own:
-                own.post("/v1/extract/docling", content=body, headers=headers).raise_for_status()
-            took.append(time.perf_counter() - started)
-
-        worker = threading.Thread(target=convert)
-        worker.start()
-        time.sleep(0.5)  # the request is in, its document in the child
-        during: list[tuple[float, float]] = []
-        while worker.is_alive():
-            during.append(_encode(client))
-        worker.join()
-        idle += [_encode(client) for _ in range(count)]
-    quiet, busy = _quantiles([ms for ms, _ in idle]), _quantiles([ms for ms, _ in during])
-    forward = statistics.median(fwd for _, fwd in idle)
-    print(f"{pages}-page DOCX converted in {took[0]:.1f} s; {len(idle)} encodes idle, {len(during)} during it")
-    print("| encode of one short text | p50 | p90 | p99 | max |\n|---|---|---|---|---|")
-    for name, row in (("idle", quiet), ("during the conversion", busy)):
-        print(f"| {name} | " + " | ".join(f"{row[key]:.1f} ms" for key in row) + " |")
-    print("| ratio | " + " | ".join(f"{busy[key] / quiet[key]:.2f}" for key in quiet) + " |")
-    print(
-        f"one forward (the server's X-Inference-Time, idle median): {forward:.1f} ms; p50 grew by "
-        f"{busy['p50'] - quiet['p50']:.1f} ms"
-    )
+    catalog = _nice_catalog(Path(tempfile.mkdtemp(prefix="sift-probe-documents-")), nices)
+    rows = []
+    with start_server(catalogs=[catalog]) as server, httpx.Client(base_url=server.url, timeout=1800) as client:
+        for nice in nices:
+            rows += _latency_arm(client, server.url, f"probe/docling-nice{nice}", count, body)
+    print(f"encode of one short text beside a {pages}-page DOCX ({len(data)} bytes)")
+    print("| arm | p50 | p90 | p99 | max | p50 grew by |\n|---|---|---|---|---|---|")
+    print("\n".join(rows))
 
 
 def main() -> None:
@@ -278,13 +307,14 @@ def main() -> None:
     parser.add_argument("what", choices=("throughput", "gil", "latency"))
     parser.add_argument("--min-s", type=float, default=5.0, help="throughput: seconds per format (at least 3 runs)")
     parser.add_argument("--count", type=int, default=200, help="latency: idle encodes before and after")
+    parser.add_argument("--nices", type=int, nargs="+", default=[10, 19], help="latency: conversion nice per arm")
     args = parser.parse_args()
     if args.what == "throughput":
         throughput(args.min_s)
     elif args.what == "gil":
         gil()
     else:
-        latency(args.count)
+        latency(args.count, args.nices)
 
 
 if __name__ == "__main__":
