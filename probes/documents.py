@@ -4,6 +4,7 @@ latency of encode requests while a long document converts.
     taskset -c 0 .venv/bin/python -m probes.documents throughput   # documents/s and pages/s, one core
     .venv/bin/python -m probes.documents gil                       # the loop's stalls, thread vs process
     .venv/bin/python -m probes.documents latency                   # encode latency during a conversion
+    taskset -c 0 .venv/bin/python -m probes.documents checks       # the pre-parse checks on hostile documents
 
 ``throughput`` converts through the same child process the server uses (it inherits the
 affinity); pages are what the server counts (PDF pages, slides, sheets; an estimate by size
@@ -33,6 +34,7 @@ import msgpack
 
 from probes.common import MINILM, start_server
 from sift_server.adapters.conversion_process import ConversionProcess
+from sift_server.errors import InvalidInput
 from sift_server.service.document_inspect import DocumentLimits, inspect_document
 from tests.fixtures import documents
 
@@ -302,9 +304,54 @@ def latency(count: int, nices: Sequence[int]) -> None:
     print("\n".join(rows))
 
 
+def _hostile() -> dict[str, tuple[bytes, str]]:
+    """Documents made to cost the checks the most at the server's limits (16 MiB each)."""
+    import io
+    import zipfile
+    import zlib
+
+    head = documents.pdf_pages(1)
+    budget = 15 * 1024 * 1024
+    text = zlib.compress(b"BT /F1 12 Tf 72 712 Td (Hello world, this is text) Tj ET\n" * 2000)
+    streams = b"<</Filter/FlateDecode>>stream\n" + text + b"\nendstream\n"
+    archive = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(documents.docx_report())) as old, zipfile.ZipFile(archive, "w") as new:
+        for info in old.infolist():
+            new.writestr(info, old.read(info))
+        for index in range(9_000):
+            new.writestr(f"word/media/image{index}.png", documents.png_header(10, 10))
+    return {
+        "PDF: one page drawing 8 MiB of lines (a PDF bomb)": (documents.pdf_stream_bomb(8), "pdf"),
+        "PDF: 16 MiB of empty Flate stream dictionaries": (
+            head + b"<</Filter/FlateDecode>>stream\n" * (budget // 30),
+            "pdf",
+        ),
+        "PDF: 16 MiB of image dictionaries, sizes by reference": (
+            head + b"<</Subtype/Image/Width 9 0 R/Height 9 0 R>>stream\n" * (budget // 52),
+            "pdf",
+        ),
+        "PDF: 16 MiB of text streams compressed 275-fold": (head + streams * (budget // len(streams)), "pdf"),
+        "PDF: 10,000 blank pages": (documents.pdf_pages(10_000), "pdf"),
+        "DOCX: 9,000 embedded images": (archive.getvalue(), "docx"),
+        "DOCX: a 64 MiB member (a ZIP bomb)": (documents.docx_bomb(), "docx"),
+    }
+
+
+def checks() -> None:
+    """How long the pre-parse checks take (in the server's prep thread) on hostile documents."""
+    print("| document | bytes | checks | answer |\n|---|---|---|---|")
+    for name, (data, fmt) in _hostile().items():
+        started = time.perf_counter()
+        try:
+            answer = f"accepted, {inspect_document(data, fmt, 'items[0].document', DocumentLimits()).pages} pages"
+        except InvalidInput as exc:
+            answer = "400: " + str(exc).removeprefix("items[0].document: ")[:80]
+        print(f"| {name} | {len(data)} | {1000 * (time.perf_counter() - started):.0f} ms | {answer} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("what", choices=("throughput", "gil", "latency"))
+    parser.add_argument("what", choices=("throughput", "gil", "latency", "checks"))
     parser.add_argument("--min-s", type=float, default=5.0, help="throughput: seconds per format (at least 3 runs)")
     parser.add_argument("--count", type=int, default=200, help="latency: idle encodes before and after")
     parser.add_argument("--nices", type=int, nargs="+", default=[10, 19], help="latency: conversion nice per arm")
@@ -313,6 +360,8 @@ def main() -> None:
         throughput(args.min_s)
     elif args.what == "gil":
         gil()
+    elif args.what == "checks":
+        checks()
     else:
         latency(args.count, args.nices)
 
