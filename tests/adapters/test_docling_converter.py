@@ -78,3 +78,11 @@ def test_the_folder_names_are_doclings_own() -> None:
     assert LayoutOptions().model_spec.model_repo_folder == LAYOUT_FOLDER
     assert TableStructureModel._model_repo_folder == TABLES_FOLDER
     assert RapidOcrModel._model_repo_folder == OCR_FOLDER
+
+
+def test_the_conversion_runs_below_the_forward_threads() -> None:
+    """At the forward threads' own nice, a forward sharing a core with a conversion got half of it."""
+    from sift_server.adapters.docling_converter import CONVERSION_NICE
+    from sift_server.engine.model_engine import SERVING_FORWARD_NICE
+
+    assert CONVERSION_NICE > SERVING_FORWARD_NICE

@@ -33,28 +33,44 @@ HTML_MARKDOWN = (
 )
 
 
+# A second docling entry with a short per-document deadline (its own conversion process).
+DEADLINE_MODEL = "tiny/docling-deadline"
+DEADLINE_S = 3
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # The shipped catalog's entry: its weights (a hub repository) are not in the test machine's cache.
     root = tmp_path_factory.mktemp("documents")
-    proc = start_server(["--queue-timeout-s", "600"], root / "server.log")
-    # The first request starts the load (the conversion process imports docling): wait for it.
-    deadline = time.monotonic() + 600
-    while True:
-        response = _post(proc, [{"document": {"data": documents.MARKDOWN, "format": "md"}}])
-        if response.status_code != 503 or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert response.status_code == 200, response.text
+    (root / "catalog").mkdir()
+    (root / "empty").mkdir()
+    (root / "catalog" / "deadline.yaml").write_text(
+        f"name: {DEADLINE_MODEL}\nadapter: docling\nsource:\n  path: {root / 'empty'}\ntasks: [extract]\n"
+        f"options:\n  document_timeout_s: {DEADLINE_S}\nbatching:\n  max_batch_cost: 1\n"
+    )
+    proc = start_server(["--queue-timeout-s", "600", "--catalog", str(root / "catalog")], root / "server.log")
+    _wait_loaded(proc, "docling")
     yield proc
     proc.stop()
 
 
-def _post(server: ServerProcess, items: list[dict[str, Any]], **params: Any) -> httpx.Response:
+def _wait_loaded(server: ServerProcess, model: str) -> None:
+    """The first request starts the load (the conversion process imports docling): wait for it."""
+    deadline = time.monotonic() + 600
+    while True:
+        response = _post(server, [{"document": {"data": documents.MARKDOWN, "format": "md"}}], model=model)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert response.status_code == 200, response.text
+
+
+def _post(server: ServerProcess, items: list[dict[str, Any]], model: str = "docling", **params: Any) -> httpx.Response:
     body: dict[str, Any] = {"items": items}
     if params:
         body["params"] = params
-    return httpx.post(server.url + EXTRACT, content=msgpack.packb(body), headers=MSGPACK, timeout=300)
+    path = f"/v1/extract/{model}"
+    return httpx.post(server.url + path, content=msgpack.packb(body), headers=MSGPACK, timeout=300)
 
 
 def _items(response: httpx.Response) -> list[dict[str, Any]]:
@@ -121,15 +137,19 @@ def test_a_pdf_without_weights_names_what_is_missing(server: ServerProcess) -> N
 
 BAD_DOCUMENTS: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
     "truncated": (lambda: {"data": documents.docx_report()[:3000], "format": "docx"}, "truncated or corrupt ZIP"),
+    "truncated-pdf": (lambda: {"data": documents.pdf_pages(3)[:200], "format": "pdf"}, "PDF is truncated or corrupt"),
     "encrypted-pdf": (lambda: {"data": documents.pdf_encrypted(), "format": "pdf"}, "the PDF is encrypted"),
     "encrypted-office": (lambda: {"data": documents.OLE_DOCUMENT, "format": "docx"}, "encrypted Office file"),
     "zip-bomb": (lambda: {"data": documents.docx_bomb(), "format": "docx"}, "ZIP bomb"),
+    "pdf-bomb": (lambda: {"data": documents.pdf_stream_bomb(8), "format": "pdf"}, "(a PDF bomb?)"),
     "contradiction": (
         lambda: {"data": documents.docx_report(), "format": "pdf"},
         "declared 'pdf' but its data is a DOCX document",
     ),
     "pages": (lambda: {"data": documents.pdf_pages(10_000), "format": "pdf"}, "the PDF has 10000 pages"),
     "pixels": (lambda: {"data": documents.png_header(8000, 6251), "format": "png"}, "50008000 pixels; the limit"),
+    "pdf-pixels": (lambda: {"data": documents.pdf_with_image(8000, 6251)}, "50008000 pixels; the limit"),
+    "docx-pixels": (lambda: {"data": documents.docx_with_image(8000, 6251)}, "50008000 pixels; the limit"),
     "rtf": (lambda: {"data": documents.MARKDOWN, "format": "rtf"}, "documents of format 'rtf' are not converted"),
 }
 
@@ -140,6 +160,34 @@ def test_bad_documents_are_400_naming_the_item(server: ServerProcess, case: str)
     good = {"text": "unused", "document": {"data": documents.MARKDOWN}}
     message = _refusal(_post(server, [good, {"document": make()}]))
     assert message.startswith("items[1]") and expected in message
+
+
+ENCODE = "/v1/encode/sentence-transformers/all-MiniLM-L6-v2"
+
+
+async def test_bad_documents_disturb_nothing_in_flight(server: ServerProcess) -> None:
+    """Every bad document at once, beside a good conversion, an encode and /healthz: each bad
+    one is its own 400, the good answers are what they are alone, the server stays up."""
+    encode_body = {"items": [{"text": "still here"}]}
+    as_json = {"Accept": "application/json"}
+    bad = [msgpack.packb({"items": [{"document": make()}]}) for make, _ in BAD_DOCUMENTS.values()]
+    good = msgpack.packb({"items": [{"document": {"data": documents.docx_report(), "format": "docx"}}]})
+    async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+        alone = (await client.post(ENCODE, json=encode_body, headers=as_json)).json()["items"][0]
+        answers = await asyncio.gather(
+            *(client.post(EXTRACT, content=body, headers=MSGPACK) for body in bad),
+            client.post(EXTRACT, content=good, headers=MSGPACK),
+            client.post(ENCODE, json=encode_body, headers=as_json),
+            client.get("/healthz"),
+        )
+        after = await client.post(ENCODE, json=encode_body)
+    *refused, converted, encoded, health = answers
+    for response, (_, expected) in zip(refused, BAD_DOCUMENTS.values(), strict=True):
+        assert expected in _refusal(response)
+    assert _items(converted)[0]["data"]["markdown"] == REPORT_MARKDOWN
+    assert encoded.status_code == 200 and health.status_code == 200 and after.status_code == 200
+    assert encoded.json()["items"][0]["dense"]["values"] == pytest.approx(alone["dense"]["values"], abs=1e-6)
+    assert server.process.poll() is None
 
 
 def test_an_image_item_is_an_image_document(server: ServerProcess) -> None:
@@ -165,14 +213,36 @@ async def test_an_encode_request_is_answered_while_a_document_converts(server: S
     async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
         conversion = asyncio.create_task(client.post(EXTRACT, content=body, headers=MSGPACK))
         await asyncio.sleep(0.5)
-        encoded = await client.post(
-            "/v1/encode/sentence-transformers/all-MiniLM-L6-v2", json={"items": [{"text": "still here"}]}
-        )
+        encoded = await client.post(ENCODE, json={"items": [{"text": "still here"}]})
         health = await client.get("/healthz")
         converted = await conversion
     assert encoded.status_code == 200 and health.status_code == 200
     markdown = _items(converted)[0]["data"]["markdown"]
     assert markdown.count("## Section") == 75 and "Paragraph 1499:" in markdown
+
+
+async def test_a_document_past_its_deadline_is_its_items_error_and_stalls_nothing(server: ServerProcess) -> None:
+    """A 46-page DOCX (seconds to convert) on a model whose deadline is 3 s: its child is killed,
+    its item answers the error, the next document of the request converts in a fresh child, and
+    an encode and /healthz are answered meanwhile."""
+    _wait_loaded(server, DEADLINE_MODEL)
+    items = [{"document": {"data": documents.docx_pages(1500)}}, {"document": {"data": documents.docx_report()}}]
+    async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+        conversion = asyncio.create_task(
+            client.post(f"/v1/extract/{DEADLINE_MODEL}", content=msgpack.packb({"items": items}), headers=MSGPACK)
+        )
+        await asyncio.sleep(0.5)
+        encoded = await client.post(ENCODE, json={"items": [{"text": "still here"}]})
+        health = await client.get("/healthz")
+        # Not a timing: the conversion cannot end before its 3 s deadline and a fresh child's start.
+        assert not conversion.done()
+        slow, small = _items(await conversion)
+    assert encoded.status_code == 200 and health.status_code == 200
+    assert slow["error"] == {
+        "code": "INFERENCE_ERROR",
+        "message": f"Document conversion failed: the conversion took longer than {DEADLINE_S} s.",
+    }
+    assert small["data"]["markdown"] == REPORT_MARKDOWN and "error" not in small
 
 
 def test_the_released_sdk_sends_documents(server: ServerProcess, tmp_path: Path) -> None:

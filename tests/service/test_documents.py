@@ -3,6 +3,8 @@ converter parses them (documents made by tests/fixtures/documents.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgspec
 import pytest
 
@@ -141,3 +143,28 @@ def test_a_model_without_documents_refuses_them_by_item() -> None:
     reject_documents([Item(text="fine")], "tiny/gliner")
     with pytest.raises(InvalidInput, match=r"items\[1\]: model 'tiny/gliner' does not read documents"):
         reject_documents([Item(text="fine"), Item(document=DocumentInput(b"x"))], "tiny/gliner")
+
+
+def test_a_pdf_bomb_is_refused_without_loading_its_page() -> None:
+    """The content stream unpacks 500-fold: measured while inflating, stopped at the limit
+    (loading the page, as the server once did, parsed all of it in the prep thread)."""
+    message = _refused(documents.pdf_stream_bomb(8), "pdf")
+    assert "a stream of the PDF unpacks more than" in message and "the limit is 200 (a PDF bomb?)" in message
+    small = DocumentLimits(max_unpacked_bytes=2 * 1024 * 1024)
+    assert "the PDF's streams unpack to more than 2097152 bytes" in _refused(
+        documents.pdf_stream_bomb(8), limits=replace(small, max_ratio=10_000)
+    )
+
+
+def test_a_pdf_image_of_too_many_pixels_is_refused_from_its_dictionary() -> None:
+    assert _inspect(documents.pdf_with_image(320, 120)) == ("pdf", 1)
+    assert "an image of 8000 × 6251 = 50008000 pixels" in _refused(documents.pdf_with_image(8000, 6251))
+    assert "an image of 8000 × 6251" in _refused(documents.pdf_with_image(8000, 6251, indirect=True))
+
+
+def test_a_pdf_of_too_many_streams_is_refused_before_pdfium_reads_it() -> None:
+    limits = DocumentLimits(max_pdf_streams=2)
+    assert _inspect(documents.pdf_with_image(32, 32), limits=limits) == ("pdf", 1)
+    assert "the PDF has more than 1 streams" in _refused(
+        documents.pdf_with_image(32, 32), limits=replace(limits, max_pdf_streams=1)
+    )

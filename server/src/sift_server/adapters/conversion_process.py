@@ -83,6 +83,11 @@ class ConversionProcess:
             raise RuntimeError(f"the conversion process failed to start: {value}")
         return self._send, self._receive
 
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (None before a start or after a stop)."""
+        return self._process.pid if self._process is not None else None
+
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

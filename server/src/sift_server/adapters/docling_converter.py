@@ -35,9 +35,11 @@ OCR_FOLDER = "RapidOcr"
 # The catalog's defaults, as the reference's docling entry sets them.
 DEFAULTS: Mapping[str, float] = {"max_num_pages": 100, "max_file_size_bytes": 16 * 1024 * 1024}
 DEFAULT_TIMEOUT_S = 90.0
-# The conversion process runs at this lower CPU priority (catalog option ``conversion_nice``):
-# where it shares a core with the server, a request's forward is not slowed by half.
-CONVERSION_NICE = 10
+# The conversion process runs at this lower CPU priority (catalog option ``conversion_nice``),
+# below the server's forward threads (engine.model_engine.SERVING_FORWARD_NICE, 10): at the
+# same nice as them, a forward sharing a core with a conversion got half of it, and an encode
+# beside a 50-page DOCX grew by two forwards (docs/benchmarks/documents.md).
+CONVERSION_NICE = 19
 # A cold child imports docling (and with it torch and transformers' model code).
 START_TIMEOUT_S = 600.0
 

@@ -3,11 +3,12 @@
 Runs in the prep thread, once per document: the format from the leading bytes
 (and for a ZIP its member names), checked against the client's hint; the pages
 it will cost; and the limits a converter would only meet half way through:
-archives that unpack far beyond their size (ZIP bombs), PDFs with more pages
-than allowed or behind a password, embedded images of too many pixels. Only
-headers and directories are read here (the ZIP central directory, a PDF's page
-tree and image dictionaries, an image's header); nothing is decompressed or
-rendered. Every refusal is an ``InvalidInput`` that names the item.
+archives and PDF streams that unpack far beyond their size (ZIP and PDF
+bombs), PDFs with more pages than allowed or behind a password, embedded images
+of too many pixels. Only headers and directories are read here (the ZIP central
+directory, a PDF's stream dictionaries and page tree, an image's header); no
+page is loaded or rendered, and a PDF stream is inflated only to measure it,
+stopped at the limit (``pdf_scan``). Every refusal is an ``InvalidInput`` that names the item.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from sift_server.adapters.document_input import Document
 from sift_server.errors import InvalidInput
+from sift_server.service.pdf_scan import scan_streams
 
 # Member names that identify each Office Open XML format inside its ZIP.
 _OOXML_MAIN = {"word/document.xml": "docx", "ppt/presentation.xml": "pptx", "xl/workbook.xml": "xlsx"}
@@ -39,15 +41,18 @@ PAGED = frozenset({"pdf", "pptx", "xlsx", "image"})
 
 @dataclass(frozen=True, slots=True)
 class DocumentLimits:
-    """Per document: encoded bytes, pages, pixels of one embedded image, and for an
-    Office archive the bytes it unpacks to, its members and its worst compression
-    ratio. The page, byte and timeout limits are the reference's catalog defaults."""
+    """Per document: encoded bytes, pages, pixels of one embedded image, for an Office
+    archive the bytes it unpacks to, its members and its worst compression ratio (the
+    same bytes and ratio for a PDF's streams), and a PDF's streams. The page, byte and
+    timeout limits are the reference's catalog defaults."""
 
     max_bytes: int = 16 * 1024 * 1024
     max_pages: int = 100
     max_pixels: int = 50_000_000
     max_unpacked_bytes: int = 256 * 1024 * 1024
     max_members: int = 10_000
+    # Streams of one PDF (content, images, fonts, object streams): what its scan reads.
+    max_pdf_streams: int = 20_000
     max_ratio: int = 200
     per_request: int = 32
 
@@ -140,9 +145,29 @@ def _check_pixels(stream: io.BufferedIOBase | io.BytesIO | object, where: str, m
 
 
 def _check_pdf(raw: bytes, where: str, limits: DocumentLimits) -> int:
+    """Streams first, from the raw bytes (no page is loaded: a page's content could be a
+    bomb), then the document's page tree and encryption with PDFium."""
     import pypdfium2
-    import pypdfium2.raw as pdfium_c
 
+    streams = scan_streams(raw, limits.max_ratio, limits.max_unpacked_bytes, limits.max_pdf_streams)
+    if streams.streams > limits.max_pdf_streams:
+        raise InvalidInput(f"{where}: the PDF has more than {limits.max_pdf_streams} streams; that is the limit.")
+    if streams.bomb is not None:
+        out, consumed = streams.bomb
+        if streams.inflated > limits.max_unpacked_bytes:
+            raise InvalidInput(
+                f"{where}: the PDF's streams unpack to more than {limits.max_unpacked_bytes} bytes (a PDF bomb?)."
+            )
+        raise InvalidInput(
+            f"{where}: a stream of the PDF unpacks more than {out // max(consumed, 1)} times its size;"
+            f" the limit is {limits.max_ratio} (a PDF bomb?)."
+        )
+    pixels, width, height = streams.largest_image
+    if pixels > limits.max_pixels:
+        raise InvalidInput(
+            f"{where}: the PDF holds an image of {width} × {height} = {pixels} pixels;"
+            f" the limit is {limits.max_pixels}."
+        )
     try:
         pdf = pypdfium2.PdfDocument(raw)
     except pypdfium2.PdfiumError as exc:
@@ -155,15 +180,6 @@ def _check_pdf(raw: bytes, where: str, limits: DocumentLimits) -> int:
             raise InvalidInput(f"{where}: the PDF has no pages (truncated or corrupt).")
         if pages > limits.max_pages:
             raise InvalidInput(f"{where}: the PDF has {pages} pages; the limit is {limits.max_pages}.")
-        for number in range(pages):
-            page = pdf[number]
-            for image in page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_IMAGE,), max_depth=4):
-                width, height = image.get_px_size()  # type: ignore[attr-defined]
-                if width * height > limits.max_pixels:
-                    raise InvalidInput(
-                        f"{where}: page {number + 1} holds an image of {width} × {height} = {width * height}"
-                        f" pixels; the limit is {limits.max_pixels}."
-                    )
         return pages
     finally:
         pdf.close()
