@@ -8,6 +8,7 @@ The released ``sie-sdk`` needs Python 3.12: it runs in its own virtual environme
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,11 @@ from tests.fixtures.tiny_detection import (
     build_tiny_grounding_dino,
     build_tiny_owlv2,
 )
+from tests.fixtures.tiny_donut import TINY_DONUT, build_tiny_donut
+from tests.fixtures.tiny_donut import catalog_options as donut_options
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from tests.fixtures.tiny_florence2 import TINY_FLORENCE2, build_tiny_florence2
+from tests.fixtures.tiny_florence2 import catalog_options as florence2_options
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 from tests.fixtures.tiny_m3 import build_tiny_m3
 from tests.fixtures.tiny_models import (
@@ -49,7 +54,7 @@ KEY = "s3cret"
 RERANK, NER, SPARSE = "tiny/reranker", "tiny/gliner", "tiny/sparse"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
 CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER, M3_MODEL)
-EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO)
+EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO, TINY_FLORENCE2, TINY_DONUT)
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
 
@@ -64,6 +69,10 @@ def require_venv() -> None:
 
 def _entry(name: str, adapter: str, folder: Path, task: str, extra: str = "") -> str:
     return f"name: {name}\nadapter: {adapter}\n{extra}source:\n  path: {folder}\ntasks: [{task}]\n"
+
+
+def _options(options: dict[str, object]) -> str:
+    return "options:\n" + "".join(f"  {key}: {json.dumps(value)}\n" for key, value in options.items())
 
 
 @pytest.fixture(scope="package")
@@ -88,6 +97,12 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
             TINY_GROUNDING_DINO, "grounding-dino", build_tiny_grounding_dino(root / "gd"), "extract"
         ),
     }
+    entries["florence2"] = _entry(
+        TINY_FLORENCE2, "florence2", build_tiny_florence2(root / "florence2"), "extract"
+    ) + _options(florence2_options())
+    entries["donut"] = _entry(TINY_DONUT, "donut", build_tiny_donut(root / "donut"), "extract") + _options(
+        donut_options()
+    )
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
     entries["bge-m3"] = f"name: {M3_MODEL}\n" + m3_entry(str(build_tiny_m3(root / "m3")))

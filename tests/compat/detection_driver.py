@@ -4,7 +4,7 @@ cases through ``SIEClient.extract``, black-box, against one server URL.
 ``python detection_driver.py URL [API_KEY] < CASES_JSON``, the cases as
 tests/fixtures/detection_cases.py makes them with each image base64-encoded
 (``{"data", "format"}``), handed to the SDK as bytes, one item per image. Prints
-one JSON object: per case, the items' ``objects`` as the SDK returns them (or the
+one JSON object: per case, the items' ``objects`` and ``entities`` as the SDK returns them (or the
 error it raised), and the raw answer's status and error code (a msgpack post).
 """
 
@@ -74,6 +74,7 @@ def main(url: str, cases: list[dict[str, Any]], api_key: str | None = None) -> d
                     options=case["options"] or None,
                 )
                 entry["objects"] = [_plain(answer.get("objects")) for answer in answers]
+                entry["entities"] = [_plain(answer.get("entities")) for answer in answers]
             except Exception as exc:  # the case may expect it
                 entry["error"] = f"{type(exc).__name__}: {exc}"
             results[case["name"]] = entry

@@ -4,7 +4,8 @@
 ``mcp`` package's, tests/compat/mcp_driver.py) calls its tools that need no generation
 model: ``docs_to_markdown`` (Sift's ``docling`` entry: documents the test makes, no weights
 needed), ``extract_entities`` and ``redact_pii`` (the tiny GLiNER). Every answer is checked
-against Sift's own, asked directly. ``describe_image`` (Florence-2) is not served yet."""
+against Sift's own, asked directly; ``describe_image`` captions with the tiny Florence-2
+(``<CAPTION>`` and ``<DETAILED_CAPTION>``) and tags with the tiny CLIP."""
 
 from __future__ import annotations
 
@@ -22,10 +23,14 @@ import httpx
 import pytest
 
 from sift_server.processes import free_port
+from tests.adapters import test_florence2
 from tests.compat.conftest import COMPAT_VENV, KEY, NER
 from tests.compat.test_integrations import assert_same_entities
 from tests.fixtures import documents
 from tests.fixtures.server_process import ServerProcess
+from tests.fixtures.tiny_detection import detection_images
+from tests.fixtures.tiny_florence2 import TINY_FLORENCE2
+from tests.fixtures.tiny_images import TINY_CLIP
 
 DRIVER = Path(__file__).with_name("mcp_driver.py")
 SECRET = "connector-secret"
@@ -33,6 +38,8 @@ HEADERS = {"Authorization": f"Bearer {KEY}", "Accept": "application/json"}
 TEXT = "Contact John Smith at john@example.com or 555-0100; he lives at 1 Main Street, Paris."
 LABELS = ["person", "location"]
 PII_LABELS = ["person", "email", "phone number", "address"]
+IMAGE = "square_jpeg"
+TAGS = ["cat", "dog", "a red car"]
 # sie-mcp sends this threshold with redact_pii (offload.MIN_PII_SCORE).
 PII_THRESHOLD = 0.3
 
@@ -79,6 +86,9 @@ def mcp_url(direct: ServerProcess, docling: None, tmp_path_factory: pytest.TempP
         # Its GLiNER tools default to hub models: name the tiny one Sift serves.
         "SIE_MCP_EXTRACT_MODEL": NER,
         "SIE_MCP_PII_MODEL": NER,
+        # describe_image: the tiny Florence-2 captions, the tiny CLIP tags.
+        "SIE_MCP_CAPTION_MODEL": TINY_FLORENCE2,
+        "SIE_MCP_EMBED_MODEL": TINY_CLIP,
     }
     log = (tmp_path_factory.mktemp("sie-mcp") / "sie-mcp.log").open("wb")
     command = [str(COMPAT_VENV / "bin" / "sie-mcp"), "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -114,6 +124,14 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
         {"labels": LABELS, "document_base64": documents.docx_report, "filename": "report.docx"},
     ),
     "redact": ("redact_pii", {"content": TEXT, "labels": PII_LABELS}),
+    "describe": (
+        "describe_image",
+        {"image_base64": lambda: detection_images()[IMAGE][0], "labels": TAGS, "top_k": 2},
+    ),
+    "describe-detailed": (
+        "describe_image",
+        {"image_base64": lambda: detection_images()[IMAGE][0], "labels": [], "detailed": True},
+    ),
 }
 
 
@@ -196,3 +214,39 @@ def test_redact_pii_replaces_only_spans_sift_found(answers: dict[str, dict[str, 
     best = max(want["entities"], key=lambda e: e["score"])
     label = re.sub(r"[^A-Z0-9]+", "_", best["label"].upper())
     assert re.search(rf"\[{label}_\d+\]", redacted)
+
+
+def _caption(case: str) -> str:
+    index = test_florence2.florence2_cases()[0]["images"].index(IMAGE)
+    text: str = test_florence2.recorded()[case][index]["entities"][0]["text"]
+    return text
+
+
+def test_describe_image_captions_with_sifts_florence2_and_tags_with_its_clip(
+    answers: dict[str, dict[str, Any]], direct: ServerProcess
+) -> None:
+    got = ok(answers, "describe")
+    assert _caption("caption"), "the tiny Florence-2's recorded caption is empty: nothing to compare"
+    assert got["caption"] == _caption("caption")
+    # The tags: the labels ranked by the cosine of Sift's own CLIP embeddings.
+    image = base64.b64encode(detection_images()[IMAGE][0]).decode()
+    items = [{"text": label} for label in TAGS] + [{"images": [{"data": image, "format": "jpeg"}]}]
+    response = httpx.post(f"{direct.url}/v1/encode/{TINY_CLIP}", json={"items": items}, headers=HEADERS, timeout=600)
+    assert response.status_code == 200, response.text
+    vectors = [item["dense"]["values"] for item in response.json()["items"]]
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        dot = sum(x * y for x, y in zip(a, b, strict=True))
+        return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+    want = sorted(
+        ((label, cosine(vectors[-1], v)) for label, v in zip(TAGS, vectors, strict=False)), key=lambda t: -t[1]
+    )
+    assert [tag["label"] for tag in got["tags"]] == [label for label, _ in want[:2]]
+    for tag, (_, score) in zip(got["tags"], want, strict=False):
+        assert tag["score"] == pytest.approx(score, abs=1e-5)
+
+
+def test_describe_image_detailed_asks_for_the_detailed_caption(answers: dict[str, dict[str, Any]]) -> None:
+    got = ok(answers, "describe-detailed")
+    assert got == {"caption": _caption("detailed-caption"), "tags": []}

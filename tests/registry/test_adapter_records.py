@@ -129,9 +129,12 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "whisper",
         "owlv2",
         "grounding-dino",
+        "florence2",
+        "donut",
         "glirel",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
+    assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)
 
 
 @pytest.mark.parametrize(

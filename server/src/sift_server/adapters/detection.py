@@ -36,10 +36,10 @@ from sift_server.adapters._detection_rules import (
     shrunk_size,
 )
 from sift_server.adapters._extract_common import catalog_threshold, extract_item, resolve_labels
+from sift_server.adapters._image_generation import first_images, only_images
 from sift_server.adapters._lean_imports import recheck_hidden_packages
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
-from sift_server.errors import InvalidInput
 
 if TYPE_CHECKING:
     import torch
@@ -67,28 +67,6 @@ class DetectionRequest:
     text: tuple[str, ...]
     threshold: float
     text_threshold: float
-
-
-def _only_images(task: TaskInput, model_kind: str) -> ExtractTask:
-    if not isinstance(task, ExtractTask):
-        raise InvalidInput("This model only supports extract.")
-    for name in ("output_schema", "label_groups"):
-        if getattr(task, name):
-            raise InvalidInput(f"Option '{name}' does not apply to {model_kind}.")
-    return task
-
-
-def _first_images(task: ExtractTask) -> list[Image]:
-    """Each item's first image (the one the reference reads); the service has
-    refused items without one."""
-    if len(task.images) != len(task.texts):
-        raise InvalidInput("this model reads images: send each item with 'images'.")
-    out = []
-    for index, images in enumerate(task.images):
-        if not images:
-            raise InvalidInput(f"items[{index}]: this model reads images; the item has none.")
-        out.append(images[0])
-    return out
 
 
 class _DetectionAdapter(Adapter):
@@ -122,7 +100,7 @@ class _DetectionAdapter(Adapter):
         return DetectionImage(np.asarray(pixels, dtype=np.float32), width, height)
 
     def _request(self, task: ExtractTask, text: tuple[str, ...], threshold: float, text_threshold: float) -> Prepared:
-        images = [self._process(image) for image in _first_images(task)]
+        images = [self._process(image) for image in first_images(task)]
         request = DetectionRequest(images, tuple(task.labels), text, threshold, text_threshold)
         # An image costs its processed pixels over 64 (what its vision tower reads grows with them).
         costs = [int(image.pixels.shape[1] * image.pixels.shape[2]) // 64 or 1 for image in images]
@@ -200,7 +178,7 @@ class Owlv2Adapter(_DetectionAdapter):
         )
 
     def prepare(self, task: TaskInput) -> Prepared:
-        task = _only_images(task, "OWLv2")
+        task = only_images(task, "OWLv2")
         labels = resolve_labels(task)
         threshold = probability(task.options, ("score_threshold", "threshold"), self.threshold)
         return self._request(task, tuple(owl_queries(labels)), threshold, 0.0)
@@ -272,7 +250,7 @@ class GroundingDinoAdapter(_DetectionAdapter):
         )
 
     def prepare(self, task: TaskInput) -> Prepared:
-        task = _only_images(task, "Grounding DINO")
+        task = only_images(task, "Grounding DINO")
         prompt = grounding_prompt(task.labels, task.instruction)
         box = probability(task.options, ("box_threshold",), self.threshold)
         text = probability(task.options, ("text_threshold",), self.text_threshold)

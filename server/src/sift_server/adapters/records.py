@@ -174,6 +174,18 @@ _RECORDS: dict[str, AdapterRecord] = {
             inputs=("image",),
         ),
         AdapterRecord(
+            name="florence2",
+            target="sift_server.adapters.florence2:Florence2Adapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
+            name="donut",
+            target="sift_server.adapters.donut:DonutAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),

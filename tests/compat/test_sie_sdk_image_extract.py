@@ -1,0 +1,94 @@
+"""The released ``sie-sdk`` 0.10.1 extracts from images with Sift's Florence-2 and
+Donut unchanged: on the tiny models through ``sift serve`` (tests/compat/conftest.py,
+with an API key) it gets the entities and objects transformers' own classes answered
+(tests/fixtures/florence2_parity.json, donut_parity.json), and a task Sift does not
+run is the SDK's error, a 400 on the wire."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters import test_donut, test_florence2
+from tests.compat.conftest import COMPAT_PYTHON, KEY
+from tests.fixtures.server_process import ServerProcess
+from tests.fixtures.tiny_detection import detection_images
+from tests.fixtures.tiny_donut import TINY_DONUT, donut_cases
+from tests.fixtures.tiny_florence2 import TINY_FLORENCE2, florence2_cases
+
+DRIVER = Path(__file__).with_name("detection_driver.py")
+FLORENCE2 = [c for c in florence2_cases() if c["name"] in ("caption", "od", "ocr-with-region", "docvqa-instruction")]
+DONUT = [c for c in donut_cases() if c["name"] in ("cord", "docvqa")]
+UNSERVED_TASK = {
+    "name": "florence2:unserved-task",
+    "model": TINY_FLORENCE2,
+    "labels": [],
+    "options": {"task": "<MORE_DETAILED_CAPTION>"},
+    "images": ["wide_png"],
+}
+
+
+def _sent(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entities without the keys the SDK fills in as None (``start``, ``end``, ``bbox``) where
+    the wire carried none."""
+    return [{key: value for key, value in entity.items() if value is not None} for entity in entities]
+
+
+def _wire(case: dict[str, Any], model: str, prefix: str) -> dict[str, Any]:
+    images = []
+    for name in case["images"]:
+        data, fmt = detection_images()[name]
+        images.append({"data": base64.b64encode(data).decode(), "format": fmt})
+    return {**case, "name": f"{prefix}:{case['name']}", "model": model, "labels": [], "images": images}
+
+
+@pytest.fixture(scope="module")
+def answers(direct: ServerProcess) -> dict[str, Any]:
+    cases = [_wire(c, TINY_FLORENCE2, "florence2") for c in FLORENCE2]
+    cases += [_wire(c, TINY_DONUT, "donut") for c in DONUT]
+    cases.append(_wire(UNSERVED_TASK, TINY_FLORENCE2, "florence2") | {"name": UNSERVED_TASK["name"]})
+    done = subprocess.run(
+        [str(COMPAT_PYTHON), str(DRIVER), direct.url, KEY],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": ""},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result.pop("sie_sdk_version") == "0.10.1"
+    return result
+
+
+@pytest.mark.parametrize("case", FLORENCE2, ids=lambda case: case["name"])
+def test_the_sdk_gets_florence2s_recorded_answers(answers: dict[str, Any], case: dict[str, Any]) -> None:
+    got = answers[f"florence2:{case['name']}"]
+    assert got["raw"] == {"status": 200}
+    assert "error" not in got, got["error"]
+    for index, want in enumerate(test_florence2.recorded()[case["name"]]):
+        assert _sent(got["entities"][index]) == want["entities"], index
+        assert got["objects"][index] == want["objects"], index
+
+
+@pytest.mark.parametrize("case", DONUT, ids=lambda case: case["name"])
+def test_the_sdk_gets_donuts_recorded_entities(answers: dict[str, Any], case: dict[str, Any]) -> None:
+    got = answers[f"donut:{case['name']}"]
+    assert got["raw"] == {"status": 200}
+    assert "error" not in got, got["error"]
+    assert [_sent(entities) for entities in got["entities"]] == [
+        want["entities"] for want in test_donut.recorded()[case["name"]]
+    ]
+
+
+def test_a_task_sift_does_not_run_is_the_sdks_error(answers: dict[str, Any]) -> None:
+    got = answers[UNSERVED_TASK["name"]]
+    assert got["raw"] == {"status": 400, "code": "INVALID_INPUT"}
+    assert "<MORE_DETAILED_CAPTION>" in got["error"]
