@@ -118,6 +118,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "clip": ("dense",),
         "decoder-embedder": ("dense",),
         "bge-m3": ("dense", "sparse", "multivector"),
+        "colpali": ("multivector",),
     }
     assert {n for n, r in RECORDS.items() if r.backends == {"torch"}} == {
         "clip",
@@ -130,6 +131,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "owlv2",
         "grounding-dino",
         "glirel",
+        "colpali",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
 
@@ -144,6 +146,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("bge-m3", ["encode", "score"], ["text"], ["dense", "sparse", "multivector", "score"]),
         ("whisper", ["transcribe"], ["audio"], ["text"]),
         ("owlv2", ["extract"], ["image"], ["json"]),
+        ("colpali", ["encode", "score"], ["text", "image"], ["multivector", "score"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(
