@@ -22,6 +22,7 @@ from tests.adapters.parity.m3_cases import MODEL as M3_MODEL
 from tests.adapters.parity.m3_cases import entry as m3_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
+from tests.fixtures.tiny_colpali import TINY_COLPALI, TINY_COLQWEN2, build_tiny_colpali, build_tiny_colqwen2
 from tests.fixtures.tiny_decoder import build_tiny_qwen3_embedder, build_tiny_qwen3_reranker
 from tests.fixtures.tiny_detection import (
     TINY_GROUNDING_DINO,
@@ -53,7 +54,18 @@ PYTHON312 = Path(os.environ.get("SIFT_PYTHON312", Path.home() / ".pyenv/versions
 KEY = "s3cret"
 RERANK, NER, SPARSE = "tiny/reranker", "tiny/gliner", "tiny/sparse"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
-CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER, M3_MODEL)
+CLUSTER_MODELS = (
+    TINY_EMBEDDER,
+    RERANK,
+    NER,
+    TINY_CLIP,
+    TINY_SIGLIP,
+    EMBEDDER,
+    RERANKER,
+    M3_MODEL,
+    TINY_COLPALI,
+    TINY_COLQWEN2,
+)
 EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO, TINY_FLORENCE2, TINY_DONUT)
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
@@ -106,6 +118,9 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
     entries["bge-m3"] = f"name: {M3_MODEL}\n" + m3_entry(str(build_tiny_m3(root / "m3")))
+    for model, build in ((TINY_COLPALI, build_tiny_colpali), (TINY_COLQWEN2, build_tiny_colqwen2)):
+        slug = model.replace("/", "-")
+        entries[slug] = _entry(model, "colpali", build(root / slug), "encode, score")
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

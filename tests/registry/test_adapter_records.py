@@ -118,6 +118,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "clip": ("dense",),
         "decoder-embedder": ("dense",),
         "bge-m3": ("dense", "sparse", "multivector"),
+        "colpali": ("multivector",),
     }
     assert {n for n, r in RECORDS.items() if r.backends == {"torch"}} == {
         "clip",
@@ -132,6 +133,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "florence2",
         "donut",
         "glirel",
+        "colpali",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
     assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)
@@ -147,6 +149,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("bge-m3", ["encode", "score"], ["text"], ["dense", "sparse", "multivector", "score"]),
         ("whisper", ["transcribe"], ["audio"], ["text"]),
         ("owlv2", ["extract"], ["image"], ["json"]),
+        ("colpali", ["encode", "score"], ["text", "image"], ["multivector", "score"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(

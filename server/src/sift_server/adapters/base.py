@@ -68,6 +68,9 @@ class ScoreTask:
     instruction: str | None = None
     overflow: OverflowPolicy = "truncate"
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Per candidate, its images decoded to RGB (empty: a text candidate); only for
+    # models whose ``AdapterInfo.inputs`` has "image" (the query is always text).
+    images: Sequence[Sequence[Image]] = ()
 
 
 @dataclass(frozen=True, slots=True)

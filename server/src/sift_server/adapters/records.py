@@ -120,6 +120,13 @@ _RECORDS: dict[str, AdapterRecord] = {
             encode_outputs=("dense",),
         ),
         AdapterRecord(
+            name="colpali",
+            target="sift_server.adapters.colpali:ColPaliAdapter",
+            tasks=frozenset({"encode", "score"}),
+            inputs=("text", "image"),
+            encode_outputs=("multivector",),
+        ),
+        AdapterRecord(
             name="nli",
             target="sift_server.adapters.nli:NliAdapter",
             tasks=frozenset({"extract"}),

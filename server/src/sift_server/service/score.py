@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 
-from sift_server.adapters.base import ScoreTask
+from sift_server.adapters.base import ScoreTask, TaskInput
 from sift_server.errors import InferenceError, InvalidInput
 from sift_server.registry.registry import Registry
 from sift_server.service.common import (
@@ -23,6 +25,8 @@ from sift_server.service.common import (
     shared_bytes,
     string_option,
 )
+from sift_server.service.images import RawImage, check_images, decode_images
+from sift_server.service.prep import DeferredDecode
 from sift_server.service.run import Outcome, RequestContext, run_task
 from sift_server.service.timing import Timing
 from sift_server.wire.schemas import ScoreBody
@@ -40,9 +44,16 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
     if body.items is not None and len(body.items) > MAX_CANDIDATES:
         raise InvalidInput(f"Score accepts at most {MAX_CANDIDATES} candidate items; got {len(body.items)}.")
     # Every pair is read with the query (and the instruction).
+    # Image models (ColPali) score a text query against candidates that may be images.
+    adapter = record.adapter
+    reads_images = adapter is not None and "image" in adapter.info.inputs
     texts = await item_texts_sliced(
-        body.items, Limits(limits.max_item_bytes, MAX_CANDIDATES), shared_bytes=shared_bytes(instruction, query)
+        body.items,
+        Limits(limits.max_item_bytes, MAX_CANDIDATES),
+        shared_bytes=shared_bytes(instruction, query),
+        images=reads_images,
     )
+    raw_images = check_images(body.items or [], limits.images) if reads_images else []
     check_profile(options, path_profile)
     overflow = overflow_policy(options)
     cap = char_cap(record)
@@ -54,7 +65,10 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         options=options,
     )
     timing = Timing(started=ctx.started)
-    outputs, prepared = await run_task(record, engine, task, ctx, timing, await lane_of(options, record, wait=True))
+    lane = await lane_of(options, record, wait=True)
+    outputs, prepared = await run_task(
+        record, engine, task, ctx, timing, lane, _with_images(raw_images, limits.images.max_pixels)
+    )
 
     post_start = time.perf_counter()
     assert body.items is not None
@@ -76,3 +90,15 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         "usage": {"input_tokens": prepared.input_tokens},
     }
     return Outcome(payload, timing)
+
+
+def _with_images(raw: Sequence[Sequence[RawImage]], max_pixels: int) -> DeferredDecode | None:
+    """Decode the candidates' images in the prep thread, into the task (None: there are none)."""
+    if not any(raw):
+        return None
+
+    def complete(task: TaskInput) -> TaskInput:
+        assert isinstance(task, ScoreTask)
+        return replace(task, images=decode_images(raw, max_pixels))
+
+    return complete
