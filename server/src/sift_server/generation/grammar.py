@@ -40,7 +40,8 @@ def _variants(grammar: Grammar) -> list[tuple[Any, Any]]:
     return [("json_schema", grammar.json_schema), ("regex", grammar.regex), ("ebnf", grammar.ebnf)]
 
 
-def from_response_format(response_format: ResponseFormat | None) -> GrammarSpec | None:
+def from_response_format(response_format: ResponseFormat | None, *, compile: bool = True) -> GrammarSpec | None:
+    """``compile=False`` checks the shape only (a remote model: its upstream compiles)."""
     if response_format is None or response_format.type == "text":
         return None
     if response_format.type == "json_object":
@@ -48,7 +49,8 @@ def from_response_format(response_format: ResponseFormat | None) -> GrammarSpec 
     spec = response_format.json_schema
     if spec is None or spec.schema is None:
         raise InvalidInput("'response_format.json_schema.schema' is required.", param="response_format")
-    return checked(GrammarSpec("json_schema", _schema_text(spec.schema, "response_format")))
+    wanted = GrammarSpec("json_schema", _schema_text(spec.schema, "response_format"))
+    return checked(wanted) if compile else wanted
 
 
 def _schema_text(schema: Any, param: str) -> str:
