@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from sift_server.errors import InvalidInput
-from sift_server.generation.params import GrammarSpec
+from sift_server.generation.params import GrammarKind, GrammarSpec
 from sift_server.generation.wire import Grammar, ResponseFormat
 
 # xgrammar prefixes its messages with a time and its source file.
@@ -46,6 +46,13 @@ def from_response_format(response_format: ResponseFormat | None, *, compile: boo
         return None
     if response_format.type == "json_object":
         return GrammarSpec("json_schema", ANY_OBJECT)
+    if response_format.type in ("regex", "grammar"):
+        kind: GrammarKind = "regex" if response_format.type == "regex" else "ebnf"
+        text = response_format.regex if kind == "regex" else response_format.grammar
+        if not isinstance(text, str) or not text:
+            field = "regex" if kind == "regex" else "grammar"
+            raise InvalidInput(f"'response_format.{field}' must be a non-empty string.", param="response_format")
+        return checked(GrammarSpec(kind, text)) if compile else GrammarSpec(kind, text)
     spec = response_format.json_schema
     if spec is None or spec.schema is None:
         raise InvalidInput("'response_format.json_schema.schema' is required.", param="response_format")
