@@ -22,6 +22,7 @@ from sift_server.core.state import ServerState
 from sift_server.errors import InvalidInput, ModelNotFound, SiftError, TaskNotSupported
 from sift_server.generation import answers, grammar
 from sift_server.generation.adapter import GenerationAdapter
+from sift_server.generation.meter import GenerationMeter
 from sift_server.generation.params import Sampling, check_context, sampling
 from sift_server.generation.remote import RemoteGenerationAdapter
 from sift_server.generation.text import AnswerText
@@ -35,7 +36,6 @@ from sift_server.generation.wire import (
     ResponsesBody,
     decode_body,
 )
-from sift_server.metrics import Metrics
 from sift_server.service.common import require_task
 from sift_server.wire.split import Buffer
 
@@ -125,11 +125,11 @@ def generation_model(state: ServerState, model: str) -> tuple[str, Model]:
 # ---- the answer as it is made --------------------------------------------------------
 
 
-async def pieces(run: Run, metrics: Metrics | None = None) -> AsyncIterator[Piece]:
+async def pieces(run: Run, meter: GenerationMeter | None = None) -> AsyncIterator[Piece]:
     """The answer as sendable text, metered (active count, why it ended, tokens);
     closing this cancels the generation."""
-    if metrics is not None:
-        metrics.generation_started(run.name)
+    if meter is not None:
+        meter.started(run.name)
     finished: str | None = None
     failed = False
     try:
@@ -141,9 +141,9 @@ async def pieces(run: Run, metrics: Metrics | None = None) -> AsyncIterator[Piec
         failed = True
         raise
     finally:
-        if metrics is not None:
+        if meter is not None:
             reason = finished or ("error" if failed else "cancelled")
-            metrics.generation_done(run.name, reason, run.prompt_tokens, run.completion_tokens)
+            meter.done(run.name, reason, run.prompt_tokens, run.completion_tokens)
 
 
 async def _made(run: Run) -> AsyncIterator[Piece]:
@@ -224,12 +224,12 @@ async def until_gone(
             await source.aclose()  # type: ignore[attr-defined]
 
 
-async def opened(run: Run, call: CallLike, metrics: Metrics | None) -> AsyncIterator[Piece]:
+async def opened(run: Run, call: CallLike, meter: GenerationMeter | None) -> AsyncIterator[Piece]:
     """A streamed answer's pieces. For a remote model the upstream's first piece is
     awaited before the answer's status goes out, so an upstream that fails before any
     text (unreachable, a timeout, a refusal) is a 502/504/400 envelope, not a 200
     stream carrying an error event."""
-    stream = until_gone(pieces(run, metrics), call.disconnected)
+    stream = until_gone(pieces(run, meter), call.disconnected)
     if run.upstream is None:
         return stream
     try:
@@ -248,11 +248,11 @@ async def _after(first: Piece, rest: AsyncIterator[Piece]) -> AsyncIterator[Piec
         await rest.aclose()  # type: ignore[attr-defined]
 
 
-async def whole(run: Run, call: CallLike, metrics: Metrics | None = None) -> tuple[str, str]:
+async def whole(run: Run, call: CallLike, meter: GenerationMeter | None = None) -> tuple[str, str]:
     """The whole answer's text and finish reason."""
     parts: list[str] = []
     finish = "cancelled"
-    async for piece in until_gone(pieces(run, metrics), call.disconnected):
+    async for piece in until_gone(pieces(run, meter), call.disconnected):
         parts.append(piece.text)
         if piece.finish is not None:
             finish = piece.finish
@@ -377,13 +377,13 @@ async def run_generate(state: ServerState, call: CallLike, request_id: str) -> A
             started=call.started,
         )
     if not body.stream:
-        text, finish = await whole(run, call, state.metrics)
+        text, finish = await whole(run, call, state.generations)
         return _json_reply(
             answers.generate_answer(name, text, finish, run.usage(), request_id, run.ttft_ms(), run.tpot_ms()),
             request_id,
         )
 
-    stream = await opened(run, call, state.metrics)
+    stream = await opened(run, call, state.generations)
 
     async def events() -> AsyncIterator[bytes]:
         seq = 0
@@ -485,11 +485,11 @@ async def run_chat(state: ServerState, call: CallLike, request_id: str) -> Answe
         )
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     if not body.stream:
-        text, finish = await whole(run, call, state.metrics)
+        text, finish = await whole(run, call, state.generations)
         return _json_reply(answers.chat_answer(answer_id, created, name, text, finish, run.usage()), request_id)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-    stream = await opened(run, call, state.metrics)
+    stream = await opened(run, call, state.generations)
 
     async def events() -> AsyncIterator[bytes]:
         yield answers.sse(answers.chat_chunk(answer_id, created, name, {"role": "assistant", "content": ""}, None))
@@ -568,11 +568,11 @@ async def run_completions(state: ServerState, call: CallLike, request_id: str) -
         )
     answer_id, created = f"cmpl-{request_id}", int(time.time())
     if not body.stream:
-        text, finish = await whole(run, call, state.metrics)
+        text, finish = await whole(run, call, state.generations)
         return _json_reply(answers.completion_answer(answer_id, created, name, text, finish, run.usage()), request_id)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-    stream = await opened(run, call, state.metrics)
+    stream = await opened(run, call, state.generations)
 
     async def events() -> AsyncIterator[bytes]:
         try:
@@ -632,7 +632,7 @@ async def run_responses(state: ServerState, call: CallLike, request_id: str) -> 
             request_id=request_id,
             started=call.started,
         )
-    text, _ = await whole(run, call, state.metrics)
+    text, _ = await whole(run, call, state.generations)
     created = int(time.time())
     answer = answers.responses_answer(
         f"resp_{request_id}",
