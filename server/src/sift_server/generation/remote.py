@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
 from sift_server.config.secrets import environment_secret
@@ -33,6 +32,9 @@ from sift_server.generation.upstream import (
     read_event,
     status_error,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,8 @@ class RemoteGenerationAdapter(Adapter):
     def load(cls, ctx: LoadContext) -> RemoteGenerationAdapter:
         if ctx.remote is None:
             raise ValueError("an openai-remote entry needs its 'remote' block")
+        if importlib.util.find_spec("httpx") is None:
+            raise ValueError("a remote model needs httpx: pip install 'sift-server[remote]'")
         settings = RemoteSettings.of(ctx.remote)
         if settings.api_key_env is not None and environment_secret(settings.api_key_env) is None:
             # Said at load (the name only), so the operator meets it at start, not at the first request.
@@ -94,6 +98,8 @@ class RemoteGenerationAdapter(Adapter):
     # ---- the upstream call ------------------------------------------------------
 
     def _http(self) -> httpx.AsyncClient:
+        import httpx  # the extra 'remote'; imported by the first call, not by the server
+
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
             self._client = httpx.AsyncClient(base_url=self.settings.base_url, trust_env=False)
@@ -115,6 +121,8 @@ class RemoteGenerationAdapter(Adapter):
     async def stream(self, request: UpstreamRequest) -> AsyncIterator[UpstreamPiece]:
         """The upstream's answer, piece by piece, ending with ``DONE``; closing
         this closes the connection (the upstream then drops the request)."""
+        import httpx
+
         settings = self.settings
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
         headers = self._headers()
