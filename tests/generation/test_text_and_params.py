@@ -109,3 +109,24 @@ def test_the_prompt_and_answer_must_fit_the_context() -> None:
         check_context(61, chosen, LIMITS, max_field="max_tokens")
     with pytest.raises(InputTooLong):
         check_context(100, chosen, LIMITS, max_field="max_tokens")
+
+
+def test_response_format_takes_the_references_regex_and_grammar() -> None:
+    import msgspec
+
+    from sift_server.generation.grammar import from_response_format
+    from sift_server.generation.params import GrammarSpec
+    from sift_server.generation.wire import ResponseFormat
+
+    def read(raw: dict[str, object]) -> ResponseFormat:
+        return msgspec.convert(raw, ResponseFormat)
+
+    assert from_response_format(read({"type": "regex", "regex": "(yes|no)"})) == GrammarSpec("regex", "(yes|no)")
+    ebnf = 'root ::= "a" | "b"'
+    assert from_response_format(read({"type": "grammar", "grammar": ebnf, "syntax": "ebnf"})) == GrammarSpec(
+        "ebnf", ebnf
+    )
+    with pytest.raises(InvalidInput, match=r"response_format\.regex"):
+        from_response_format(read({"type": "regex"}))
+    with pytest.raises(InvalidInput, match="does not compile"):
+        from_response_format(read({"type": "grammar", "grammar": "root ::= ("}))

@@ -177,6 +177,8 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _source(source: Any) -> str:
+    if source is None:
+        return "remote"
     if source.package:
         return f"package:{source.package}"
     if source.path:

@@ -104,6 +104,37 @@ class InferenceError(SiftError):
     status, code = 500, "INFERENCE_ERROR"
 
 
+class UpstreamError(SiftError):
+    """An operator's upstream (a remote generation model) failed: a 5xx, an answer
+    that is not the OpenAI shape, a stream cut short, or credentials it refused."""
+
+    status, code = 502, "UPSTREAM_ERROR"
+
+
+class UpstreamUnreachable(UpstreamError):
+    """No connection to the upstream could be made."""
+
+    code = "UPSTREAM_UNREACHABLE"
+
+
+class UpstreamBusy(SiftError):
+    """The upstream said 429: the same request may succeed later."""
+
+    status, code, retry_after = 503, "UPSTREAM_BUSY", 1
+
+
+class UpstreamRejected(SiftError):
+    """The upstream refused the request itself (400/413/422), e.g. a prompt over its context."""
+
+    status, code = 400, "UPSTREAM_REJECTED"
+
+
+class UpstreamTimeout(SiftError):
+    """The upstream did not answer, or paused mid-answer, past the entry's read timeout."""
+
+    status, code = 504, "UPSTREAM_TIMEOUT"
+
+
 class RequestCancelled(SiftError):
     """The client went away; nobody reads this answer."""
 

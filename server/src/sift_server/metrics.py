@@ -73,6 +73,18 @@ class Metrics:
             buckets=_WAIT_BUCKETS,
             registry=self.registry,
         )
+        self.generation_active = Gauge(
+            "sift_generation_active", "Generations running now (engine or upstream).", ["model"], registry=self.registry
+        )
+        self.generation_ended = Counter(
+            "sift_generation_ended",
+            "Generations ended, by why: stop, length, cancelled (the client went away) or error.",
+            ["model", "reason"],
+            registry=self.registry,
+        )
+        self.generation_tokens = Counter(
+            "sift_generation_tokens", "Prompt and completion tokens.", ["model", "kind"], registry=self.registry
+        )
         # Resident memory, CPU seconds and open files of the process (Linux).
         ProcessCollector(registry=self.registry)
         # Labelled children by label values: ``labels()`` costs microseconds per call.
@@ -92,6 +104,19 @@ class Metrics:
         children[0].inc()
         if seconds is not None:
             children[1].observe(seconds)
+
+    def generation_started(self, model: str) -> None:
+        self.generation_active.labels(self._label(model)).inc()
+
+    def generation_done(self, model: str, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+        label = self._label(model)
+        self.generation_active.labels(label).dec()
+        self.generation_ended.labels(label, reason).inc()
+        self.generation_tokens.labels(label, "prompt").inc(prompt_tokens)
+        self.generation_tokens.labels(label, "completion").inc(completion_tokens)
+
+    def _label(self, model: str) -> str:
+        return model if model in self.known_models else "(other)"
 
     def observe_forward(self, record: ForwardRecord) -> None:
         self.batch_items.labels(record.model).observe(record.items)

@@ -170,6 +170,8 @@ class LoadContext:
     # The entry's pinned repository code (file -> SHA-256; adapters/repository_code.py):
     # empty, the folder's own Python is never run.
     repository_code: Mapping[str, str] = field(default_factory=dict)
+    # A remote entry's upstream (the catalog's ``remote`` block, as plain values); None for local weights.
+    remote: Mapping[str, Any] | None = None
 
 
 class Adapter(abc.ABC):

@@ -44,6 +44,9 @@ class AdapterRecord:
     # Whether an entry may pin its folder's own Python (``repository_code``) for this
     # adapter to run (adapters/repository_code.py); the others refuse ``auto_map`` folders.
     repository_code: bool = False
+    # Whether its models are served by an operator's upstream (the entry's ``remote``
+    # block, no ``source``): nothing is loaded but an HTTP client.
+    remote: bool = False
 
     def __post_init__(self) -> None:
         module, _, attribute = self.target.partition(":")
@@ -167,6 +170,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             target="sift_server.generation.adapter:GenerationAdapter",
             tasks=frozenset({"generate"}),
             backends=frozenset({"openvino"}),
+        ),
+        AdapterRecord(
+            name="openai-remote",
+            target="sift_server.generation.remote:RemoteGenerationAdapter",
+            tasks=frozenset({"generate"}),
+            remote=True,
         ),
         AdapterRecord(
             name="owlv2",

@@ -50,9 +50,12 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
                 "runtime_instance_id": runtime_instance,
             }
         },
-        "revision": spec.source.revision,
+        "revision": spec.source.revision if spec.source is not None else None,
         "capabilities": None,
-        "routing": {"policy": None, "upstream_kind": None},
+        # A remote model is served by its upstream alone, as the reference's remote-backed models.
+        "routing": {"policy": "remote_only", "upstream_kind": "openai"}
+        if spec.remote is not None
+        else {"policy": None, "upstream_kind": None},
         "tasks": list(spec.tasks),
         "description": spec.description,
         "runtime": dict(record.adapter.info.runtime) if record.adapter else None,

@@ -250,15 +250,16 @@ _RETRY_AFTER = {"Retry-After": {"schema": _STR, "description": "Seconds to wait 
 
 # Why each status is answered (API.md §1.7); every one in the family's envelope.
 _REASONS = {
-    400: "Invalid input (INVALID_INPUT, INPUT_TOO_LONG, unsupported_field)",
+    400: "Invalid input (INVALID_INPUT, INPUT_TOO_LONG, unsupported_field, UPSTREAM_REJECTED)",
     401: "Missing or wrong API key (UNAUTHORIZED), when the server has one",
     404: "Unknown model (MODEL_NOT_FOUND)",
     408: "The body did not arrive within the body timeout (REQUEST_TIMEOUT)",
     413: "The body is over the size limit (INPUT_TOO_LONG)",
-    502: "The model failed to load (MODEL_LOAD_FAILED)",
-    503: "Not now (MODEL_LOADING, RESOURCE_EXHAUSTED, QUEUE_FULL, SHUTTING_DOWN, ...), with Retry-After",
+    502: "The model failed to load (MODEL_LOAD_FAILED), or a remote model's upstream failed (UPSTREAM_*)",
+    503: "Not now (MODEL_LOADING, RESOURCE_EXHAUSTED, QUEUE_FULL, SHUTTING_DOWN, UPSTREAM_BUSY, ...), with Retry-After",
+    504: "A remote generation model's upstream did not answer in time (UPSTREAM_TIMEOUT)",
 }
-WORK_ERRORS = (400, 401, 404, 408, 413, 502, 503)
+WORK_ERRORS = (400, 401, 404, 408, 413, 502, 503, 504)
 GATED_ERRORS = (401, 503)  # what the front door answers on every route but the probes
 
 

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from sift_server.errors import InvalidInput
-from sift_server.generation.params import GrammarSpec
+from sift_server.generation.params import GrammarKind, GrammarSpec
 from sift_server.generation.wire import Grammar, ResponseFormat
 
 # xgrammar prefixes its messages with a time and its source file.
@@ -40,15 +40,24 @@ def _variants(grammar: Grammar) -> list[tuple[Any, Any]]:
     return [("json_schema", grammar.json_schema), ("regex", grammar.regex), ("ebnf", grammar.ebnf)]
 
 
-def from_response_format(response_format: ResponseFormat | None) -> GrammarSpec | None:
+def from_response_format(response_format: ResponseFormat | None, *, compile: bool = True) -> GrammarSpec | None:
+    """``compile=False`` checks the shape only (a remote model: its upstream compiles)."""
     if response_format is None or response_format.type == "text":
         return None
     if response_format.type == "json_object":
         return GrammarSpec("json_schema", ANY_OBJECT)
+    if response_format.type in ("regex", "grammar"):
+        kind: GrammarKind = "regex" if response_format.type == "regex" else "ebnf"
+        text = response_format.regex if kind == "regex" else response_format.grammar
+        if not isinstance(text, str) or not text:
+            field = "regex" if kind == "regex" else "grammar"
+            raise InvalidInput(f"'response_format.{field}' must be a non-empty string.", param="response_format")
+        return checked(GrammarSpec(kind, text)) if compile else GrammarSpec(kind, text)
     spec = response_format.json_schema
     if spec is None or spec.schema is None:
         raise InvalidInput("'response_format.json_schema.schema' is required.", param="response_format")
-    return checked(GrammarSpec("json_schema", _schema_text(spec.schema, "response_format")))
+    wanted = GrammarSpec("json_schema", _schema_text(spec.schema, "response_format"))
+    return checked(wanted) if compile else wanted
 
 
 def _schema_text(schema: Any, param: str) -> str:

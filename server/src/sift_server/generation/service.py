@@ -16,12 +16,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from sift_server.core.state import ServerState
 from sift_server.errors import InvalidInput, ModelNotFound, SiftError, TaskNotSupported
 from sift_server.generation import answers, grammar
 from sift_server.generation.adapter import GenerationAdapter
+from sift_server.generation.meter import GenerationMeter
 from sift_server.generation.params import Sampling, check_context, sampling
+from sift_server.generation.remote import RemoteGenerationAdapter
 from sift_server.generation.text import AnswerText
+from sift_server.generation.upstream import DONE, Endpoint, UpstreamRequest
 from sift_server.generation.wire import (
     ChatBody,
     ChatMessage,
@@ -36,6 +41,9 @@ from sift_server.wire.split import Buffer
 
 SSE_TYPE = "text/event-stream"
 JSON_TYPE = "application/json"
+
+# A model that decodes here (an engine in process) or one an operator's upstream serves.
+Model = GenerationAdapter | RemoteGenerationAdapter
 
 
 class CallLike(Protocol):
@@ -68,13 +76,16 @@ class Run:
     """One admitted generation: its model, prompt and sampling, and its clock."""
 
     name: str
-    adapter: GenerationAdapter
+    adapter: Model
     prompt_ids: list[int]
     sampling: Sampling
     request_id: str
     started: float
+    # A remote model's call; its usage is the upstream's count, known at the end.
+    upstream: UpstreamRequest | None = None
     first_token: float | None = None
     finished: float | None = None
+    prompt_tokens: int = 0
     completion_tokens: int = field(default=0)
 
     def ttft_ms(self) -> float:
@@ -86,13 +97,13 @@ class Run:
         return (self.finished - self.first_token) * 1000 / (self.completion_tokens - 1)
 
     def usage(self) -> dict[str, int]:
-        return answers.usage(len(self.prompt_ids), self.completion_tokens)
+        return answers.usage(self.prompt_tokens, self.completion_tokens)
 
 
 # ---- the model ---------------------------------------------------------------------
 
 
-def generation_model(state: ServerState, model: str) -> tuple[str, GenerationAdapter]:
+def generation_model(state: ServerState, model: str) -> tuple[str, Model]:
     """The catalog's generation model ``model`` names (``Org__Name`` path ids are
     ``Org/Name``), loaded; raises while it loads, as every route does."""
     registry = state.registry
@@ -106,7 +117,7 @@ def generation_model(state: ServerState, model: str) -> tuple[str, GenerationAda
         raise InvalidInput(error.message, param="model") from error
     record, _ = registry.ready_engine(name)
     adapter = record.adapter
-    if not isinstance(adapter, GenerationAdapter):
+    if not isinstance(adapter, (GenerationAdapter, RemoteGenerationAdapter)):
         raise ModelNotFound(f"Model '{name}' is not a generation model.")
     return name, adapter
 
@@ -114,8 +125,33 @@ def generation_model(state: ServerState, model: str) -> tuple[str, GenerationAda
 # ---- the answer as it is made --------------------------------------------------------
 
 
-async def pieces(run: Run) -> AsyncIterator[Piece]:
-    """The engine's tokens as sendable text; closing this cancels the generation."""
+async def pieces(run: Run, meter: GenerationMeter | None = None) -> AsyncIterator[Piece]:
+    """The answer as sendable text, metered (active count, why it ended, tokens);
+    closing this cancels the generation."""
+    if meter is not None:
+        meter.started(run.name)
+    finished: str | None = None
+    failed = False
+    try:
+        async for piece in _made(run):
+            if piece.finish is not None:
+                finished = piece.finish
+            yield piece
+    except Exception:
+        failed = True
+        raise
+    finally:
+        if meter is not None:
+            reason = finished or ("error" if failed else "cancelled")
+            meter.done(run.name, reason, run.prompt_tokens, run.completion_tokens)
+
+
+async def _made(run: Run) -> AsyncIterator[Piece]:
+    """The engine's tokens (or the upstream's text) as sendable text."""
+    if isinstance(run.adapter, RemoteGenerationAdapter):
+        async for piece in remote_pieces(run, run.adapter):
+            yield piece
+        return
     text = AnswerText(run.adapter.decode, run.sampling.stop)
     steps = run.adapter.engine.generate(run.prompt_ids, run.sampling)
     try:
@@ -132,6 +168,32 @@ async def pieces(run: Run) -> AsyncIterator[Piece]:
                 yield Piece(delta, None, run.completion_tokens)
     finally:
         await steps.aclose()
+
+
+async def remote_pieces(run: Run, adapter: RemoteGenerationAdapter) -> AsyncIterator[Piece]:
+    """The upstream's text as it comes; the finish is held until its usage (the
+    chunk after it) so the last piece carries both. Closing this closes the call."""
+    assert run.upstream is not None
+    finish = "stop"
+    chunks = adapter.stream(run.upstream)
+    try:
+        async for chunk in chunks:
+            if chunk is DONE:
+                break
+            if chunk.text and run.first_token is None:
+                run.first_token = time.perf_counter()
+            if chunk.prompt_tokens is not None:
+                run.prompt_tokens = chunk.prompt_tokens
+            if chunk.completion_tokens is not None:
+                run.completion_tokens = chunk.completion_tokens
+            if chunk.finish is not None:
+                finish = chunk.finish
+            if chunk.text:
+                yield Piece(chunk.text, None, run.completion_tokens)
+        run.finished = time.perf_counter()
+        yield Piece("", finish, run.completion_tokens)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
 
 
 async def until_gone(
@@ -162,11 +224,35 @@ async def until_gone(
             await source.aclose()  # type: ignore[attr-defined]
 
 
-async def whole(run: Run, call: CallLike) -> tuple[str, str]:
+async def opened(run: Run, call: CallLike, meter: GenerationMeter | None) -> AsyncIterator[Piece]:
+    """A streamed answer's pieces. For a remote model the upstream's first piece is
+    awaited before the answer's status goes out, so an upstream that fails before any
+    text (unreachable, a timeout, a refusal) is a 502/504/400 envelope, not a 200
+    stream carrying an error event."""
+    stream = until_gone(pieces(run, meter), call.disconnected)
+    if run.upstream is None:
+        return stream
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        return stream
+    return _after(first, stream)
+
+
+async def _after(first: Piece, rest: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
+    try:
+        yield first
+        async for piece in rest:
+            yield piece
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
+async def whole(run: Run, call: CallLike, meter: GenerationMeter | None = None) -> tuple[str, str]:
     """The whole answer's text and finish reason."""
     parts: list[str] = []
     finish = "cancelled"
-    async for piece in until_gone(pieces(run), call.disconnected):
+    async for piece in until_gone(pieces(run, meter), call.disconnected):
         parts.append(piece.text)
         if piece.finish is not None:
             finish = piece.finish
@@ -185,7 +271,36 @@ def admit(
 ) -> Run:
     """The generation, once its prompt fits the model's context with the answer asked for."""
     check_context(len(prompt_ids), wanted, adapter.limits, max_field=max_field)
-    return Run(name, adapter, prompt_ids, wanted, request_id, started)
+    return Run(name, adapter, prompt_ids, wanted, request_id, started, prompt_tokens=len(prompt_ids))
+
+
+def admit_remote(
+    name: str,
+    adapter: RemoteGenerationAdapter,
+    endpoint: Endpoint,
+    prompt: dict[str, Any],
+    wanted: Sampling,
+    *,
+    request_id: str,
+    started: float,
+    extra: dict[str, Any] | None = None,
+) -> Run:
+    """The upstream call for a validated request: its prompt (``prompt`` or
+    ``messages``), its sampling as checked here, and ``extra`` (``response_format``)."""
+    fields: dict[str, Any] = {
+        **prompt,
+        "max_tokens": wanted.max_new_tokens,
+        "temperature": wanted.temperature,
+        "top_p": wanted.top_p,
+    }
+    if wanted.top_k:
+        fields["top_k"] = wanted.top_k
+    if wanted.seed is not None:
+        fields["seed"] = wanted.seed
+    if wanted.stop:
+        fields["stop"] = list(wanted.stop)
+    fields.update(extra or {})
+    return Run(name, adapter, [], wanted, request_id, started, upstream=UpstreamRequest(endpoint, fields))
 
 
 def _stream_reply(events: AsyncIterator[bytes], request_id: str) -> Answer:
@@ -196,6 +311,12 @@ def _stream_reply(events: AsyncIterator[bytes], request_id: str) -> Answer:
 
 def _json_reply(body: dict[str, Any], request_id: str) -> Answer:
     return Answer(200, {"X-SIE-Served-By": "local", "X-Request-ID": request_id}, answers.render(body))
+
+
+def _remote_prompt(prompt: str) -> dict[str, Any]:
+    if not prompt:
+        raise InvalidInput("The prompt is empty.", param="prompt")
+    return {"prompt": prompt}
 
 
 def _refuse(value: object, neutral: object, name: str, why: str = "") -> None:
@@ -222,6 +343,9 @@ async def run_generate(state: ServerState, call: CallLike, request_id: str) -> A
     ):
         _refuse(value, neutral, name)
     name, adapter = generation_model(state, call.model)
+    remote = isinstance(adapter, RemoteGenerationAdapter)
+    if remote:
+        _refuse(body.grammar, None, "grammar", " for a remote model; use /v1/chat/completions with response_format")
     wanted = sampling(
         max_new_tokens=body.max_new_tokens,
         default_max_new_tokens=body.max_new_tokens,
@@ -229,29 +353,42 @@ async def run_generate(state: ServerState, call: CallLike, request_id: str) -> A
         top_p=body.top_p,
         seed=body.seed,
         stop=body.stop,
-        grammar=grammar.from_native(body.grammar),
+        grammar=None if remote else grammar.from_native(body.grammar),
         limits=adapter.limits,
     )
-    run = admit(
-        name,
-        adapter,
-        adapter.encode(body.prompt),
-        wanted,
-        max_field="max_new_tokens",
-        request_id=request_id,
-        started=call.started,
-    )
+    if isinstance(adapter, RemoteGenerationAdapter):
+        run = admit_remote(
+            name,
+            adapter,
+            "completions",
+            _remote_prompt(body.prompt),
+            wanted,
+            request_id=request_id,
+            started=call.started,
+        )
+    else:
+        run = admit(
+            name,
+            adapter,
+            adapter.encode(body.prompt),
+            wanted,
+            max_field="max_new_tokens",
+            request_id=request_id,
+            started=call.started,
+        )
     if not body.stream:
-        text, finish = await whole(run, call)
+        text, finish = await whole(run, call, state.generations)
         return _json_reply(
             answers.generate_answer(name, text, finish, run.usage(), request_id, run.ttft_ms(), run.tpot_ms()),
             request_id,
         )
 
+    stream = await opened(run, call, state.generations)
+
     async def events() -> AsyncIterator[bytes]:
         seq = 0
         try:
-            async for piece in until_gone(pieces(run), call.disconnected):
+            async for piece in stream:
                 if piece.finish is None:
                     yield answers.sse(answers.generate_chunk(request_id, seq, piece.text))
                 else:
@@ -323,22 +460,41 @@ async def run_chat(state: ServerState, call: CallLike, request_id: str) -> Answe
         top_k=body.top_k,
         seed=body.seed,
         stop=body.stop,
-        grammar=grammar.from_response_format(body.response_format),
+        grammar=grammar.from_response_format(
+            body.response_format, compile=not isinstance(adapter, RemoteGenerationAdapter)
+        ),
         limits=adapter.limits,
         max_field=field_name,
     )
-    prompt_ids = adapter.chat_ids(messages)
-    run = admit(name, adapter, prompt_ids, wanted, max_field=field_name, request_id=request_id, started=call.started)
+    if isinstance(adapter, RemoteGenerationAdapter):
+        extra = {} if body.response_format is None else {"response_format": msgspec.to_builtins(body.response_format)}
+        run = admit_remote(
+            name,
+            adapter,
+            "chat",
+            {"messages": messages},
+            wanted,
+            request_id=request_id,
+            started=call.started,
+            extra=extra,
+        )
+    else:
+        prompt_ids = adapter.chat_ids(messages)
+        run = admit(
+            name, adapter, prompt_ids, wanted, max_field=field_name, request_id=request_id, started=call.started
+        )
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     if not body.stream:
-        text, finish = await whole(run, call)
+        text, finish = await whole(run, call, state.generations)
         return _json_reply(answers.chat_answer(answer_id, created, name, text, finish, run.usage()), request_id)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    stream = await opened(run, call, state.generations)
 
     async def events() -> AsyncIterator[bytes]:
         yield answers.sse(answers.chat_chunk(answer_id, created, name, {"role": "assistant", "content": ""}, None))
         try:
-            async for piece in until_gone(pieces(run), call.disconnected):
+            async for piece in stream:
                 if piece.text:
                     yield answers.sse(answers.chat_chunk(answer_id, created, name, {"content": piece.text}, None))
                 if piece.finish is not None:
@@ -390,24 +546,37 @@ async def run_completions(state: ServerState, call: CallLike, request_id: str) -
         limits=adapter.limits,
         max_field="max_tokens",
     )
-    run = admit(
-        name,
-        adapter,
-        adapter.encode(prompts[0]),
-        wanted,
-        max_field="max_tokens",
-        request_id=request_id,
-        started=call.started,
-    )
+    if isinstance(adapter, RemoteGenerationAdapter):
+        run = admit_remote(
+            name,
+            adapter,
+            "completions",
+            _remote_prompt(prompts[0]),
+            wanted,
+            request_id=request_id,
+            started=call.started,
+        )
+    else:
+        run = admit(
+            name,
+            adapter,
+            adapter.encode(prompts[0]),
+            wanted,
+            max_field="max_tokens",
+            request_id=request_id,
+            started=call.started,
+        )
     answer_id, created = f"cmpl-{request_id}", int(time.time())
     if not body.stream:
-        text, finish = await whole(run, call)
+        text, finish = await whole(run, call, state.generations)
         return _json_reply(answers.completion_answer(answer_id, created, name, text, finish, run.usage()), request_id)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
+    stream = await opened(run, call, state.generations)
+
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for piece in until_gone(pieces(run), call.disconnected):
+            async for piece in stream:
                 yield answers.sse(answers.completion_answer(answer_id, created, name, piece.text, piece.finish, None))
                 if piece.finish is not None and include_usage:
                     yield answers.sse(answers.usage_chunk(answer_id, created, name, "text_completion", run.usage()))
@@ -449,16 +618,21 @@ async def run_responses(state: ServerState, call: CallLike, request_id: str) -> 
         limits=adapter.limits,
         max_field="max_output_tokens",
     )
-    run = admit(
-        name,
-        adapter,
-        adapter.chat_ids(messages),
-        wanted,
-        max_field="max_output_tokens",
-        request_id=request_id,
-        started=call.started,
-    )
-    text, _ = await whole(run, call)
+    if isinstance(adapter, RemoteGenerationAdapter):
+        run = admit_remote(
+            name, adapter, "chat", {"messages": messages}, wanted, request_id=request_id, started=call.started
+        )
+    else:
+        run = admit(
+            name,
+            adapter,
+            adapter.chat_ids(messages),
+            wanted,
+            max_field="max_output_tokens",
+            request_id=request_id,
+            started=call.started,
+        )
+    text, _ = await whole(run, call, state.generations)
     created = int(time.time())
     answer = answers.responses_answer(
         f"resp_{request_id}",
@@ -466,7 +640,7 @@ async def run_responses(state: ServerState, call: CallLike, request_id: str) -> 
         created,
         name,
         text,
-        len(run.prompt_ids),
+        run.prompt_tokens,
         run.completion_tokens,
     )
     return _json_reply(answer, request_id)

@@ -72,8 +72,14 @@ class JsonSchemaFormat(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
-    type: Literal["text", "json_object", "json_schema"]
+    """OpenAI's three, and the reference's ``regex`` and ``grammar`` (EBNF), which
+    sie-mcp's ``generate_structured`` passes through."""
+
+    type: Literal["text", "json_object", "json_schema", "regex", "grammar"]
     json_schema: JsonSchemaFormat | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    syntax: Literal["ebnf"] | None = None
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True):

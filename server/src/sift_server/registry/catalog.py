@@ -65,6 +65,38 @@ class LoraSource(BaseModel):
         return self
 
 
+class Remote(BaseModel):
+    """An operator's OpenAI-compatible upstream that serves this model (adapter
+    ``openai-remote``), as the reference's remote generation profiles name theirs:
+    where it is, the model id it serves, and the environment variable holding its
+    key (the key itself never appears in the catalog, a log or an error)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # The longest wait for the upstream's next bytes: its first token, or the next one.
+    read_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _plain_url(self) -> Remote:
+        """http(s), a host, no credentials, query or fragment (messages never repeat the URL)."""
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(self.base_url)
+        except ValueError:
+            raise ValueError("base_url is not a URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("base_url must be an http or https URL with a host")
+        if "@" in parts.netloc or parts.query or parts.fragment:
+            raise ValueError("base_url must not carry credentials, a query or a fragment")
+        self.base_url = self.base_url.rstrip("/")
+        return self
+
+
 class Batching(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -78,7 +110,9 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     adapter: str
-    source: Source
+    # Where the weights are; none for a remote model (``remote`` instead).
+    source: Source | None = None
+    remote: Remote | None = None
     tasks: list[Task] = Field(min_length=1)
     max_sequence_length: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -110,6 +144,10 @@ class ModelSpec(BaseModel):
             raise ValueError(
                 f"adapter {self.adapter} serves {', '.join(sorted(record.tasks))}, not {', '.join(unserved)}"
             )
+        if record.remote and (self.remote is None or self.source is not None):
+            raise ValueError(f"adapter {self.adapter} forwards to an upstream: give 'remote', not 'source'")
+        if not record.remote and (self.source is None or self.remote is not None):
+            raise ValueError(f"adapter {self.adapter} serves local weights: give 'source', not 'remote'")
         if self.backend != "auto" and self.backend not in record.backends:
             raise ValueError(f"adapter {self.adapter} runs on {', '.join(sorted(record.backends))}, not {self.backend}")
         check_pair(self.backend, self.precision)
@@ -120,7 +158,7 @@ class ModelSpec(BaseModel):
     def _check_repository_code(self, allowed: bool) -> None:
         if not allowed:
             raise ValueError(f"adapter {self.adapter} does not run repository code; only sentence-embedder does")
-        if self.source.hf is not None and not self.source.revision:
+        if self.source is not None and self.source.hf is not None and not self.source.revision:
             raise ValueError("repository code from a hub source needs source.revision (a pinned commit)")
         if self.backend not in ("auto", "torch"):
             raise ValueError(f"repository code runs on torch, not {self.backend}")
@@ -133,6 +171,8 @@ class ModelSpec(BaseModel):
 def resolve_local_path(spec: ModelSpec) -> Path | None:
     """The weights folder for package and path sources (None for hub sources)."""
     source = spec.source
+    if source is None:
+        return None
     if source.package:
         if importlib.util.find_spec(source.package) is None:
             raise CatalogError(

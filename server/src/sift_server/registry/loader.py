@@ -26,6 +26,8 @@ def weights_folder(spec: ModelSpec) -> Path:
     local = resolve_local_path(spec)
     if local is not None:
         return local
+    if spec.source is None:  # a remote model: no folder
+        return Path()
     assert spec.source.hf is not None
     # Imported here: only hub-sourced models need it. Honours HF_HUB_OFFLINE.
     from huggingface_hub import snapshot_download
@@ -105,6 +107,7 @@ def load_adapter(
         rechoose_backend=rechoose_backend,
         cache_dir=cache_dir,
         repository_code=spec.repository_code,
+        remote=spec.remote.model_dump() if spec.remote is not None else None,
     )
     adapter_type = adapter_class(spec.adapter)
     lean = plan.may_run_torch and adapter_type.transformers_models
