@@ -29,6 +29,8 @@ from tests.fixtures.tiny_detection import (
     build_tiny_owlv2,
 )
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
+from tests.fixtures.tiny_gliner2_v2 import MODEL as GLINER2_V2_MODEL
+from tests.fixtures.tiny_gliner2_v2 import build_tiny_gliner2_v2
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 from tests.fixtures.tiny_m3 import build_tiny_m3
 from tests.fixtures.tiny_models import (
@@ -49,7 +51,7 @@ KEY = "s3cret"
 RERANK, NER, SPARSE = "tiny/reranker", "tiny/gliner", "tiny/sparse"
 # What the cluster's worker serves: test_sie_sdk's models and the image models.
 CLUSTER_MODELS = (TINY_EMBEDDER, RERANK, NER, TINY_CLIP, TINY_SIGLIP, EMBEDDER, RERANKER, M3_MODEL)
-EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO)
+EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO, GLINER2_V2_MODEL)
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
 
@@ -78,6 +80,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "gliner": _entry(NER, "gliner", build_tiny_gliner(root / "gliner"), "extract") + "options:\n  threshold: 0.0\n",
         "nli": _entry(NLI_MODEL, "nli", build_tiny_nli(root / "nli"), "extract"),
         "gliner2": _entry(GLINER2_MODEL, "gliner2", build_tiny_gliner2(root / "gliner2"), "extract"),
+        "gliner2-v2": _entry(GLINER2_V2_MODEL, "gliner2-v2", build_tiny_gliner2_v2(root / "gliner2-v2"), "extract"),
         "gliner-bi": _entry(GLINER_BI_MODEL, "gliner", build_tiny_gliner_bi(root / "bi"), "extract")
         + "options:\n  threshold: 0.3\n",
         "clip": _entry(TINY_CLIP, "clip", build_tiny_clip(root / "clip"), "encode", "backend: torch\n"),
