@@ -130,6 +130,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "owlv2",
         "grounding-dino",
         "glirel",
+        "gliner2-v2",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
 
