@@ -92,6 +92,12 @@ install_into .venv/bin/python "torch==2.13.0" -e ./sdk \
 # beside the CPU torch and breaks transformers' image code) and docling-parse pins Pillow below 13
 # (Pillow 12 decodes images differently: the CLIP parity tests fail).
 install_into .venv/bin/python --no-deps "docling-ibm-models>=3.13,<4" "jsonlines>=3.1" "docling-parse>=6.2,<7"
+# GLiNER2 2.x models (gliner2.5, the GLiNER2 privacy filter; adapter gliner2-v2): gliner2 2.0.0, the
+# reference's release for them, in a side folder only that adapter's child process imports. The extra
+# `extract` keeps 1.3.2, which the GLiNER2 v1 models need (2.x answers them differently). Its
+# dependencies (pydantic, requests, tqdm, torch, transformers, safetensors, peft) are .venv's.
+rm -rf .venv/sift-side/gliner2-2.0.0
+install_into .venv/bin/python --no-deps --target .venv/sift-side/gliner2-2.0.0 "gliner2==2.0.0"
 # Generation (docs/generation.md): xgrammar, the grammar compiler of the engine, which Sift runs to refuse
 # a grammar before the engine sees it (without triton, its GPU kernels); and, for the tests only,
 # optimum-intel's OpenVINO exporter (it pins transformers below 5.6; its export runs on 5.16).

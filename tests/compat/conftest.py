@@ -35,6 +35,8 @@ from tests.fixtures.tiny_donut import catalog_options as donut_options
 from tests.fixtures.tiny_embedder import TINY_EMBEDDER, build_tiny_embedder, write_catalog_entry
 from tests.fixtures.tiny_florence2 import TINY_FLORENCE2, build_tiny_florence2
 from tests.fixtures.tiny_florence2 import catalog_options as florence2_options
+from tests.fixtures.tiny_gliner2_v2 import MODEL as GLINER2_V2_MODEL
+from tests.fixtures.tiny_gliner2_v2 import build_tiny_gliner2_v2
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 from tests.fixtures.tiny_m3 import build_tiny_m3
 from tests.fixtures.tiny_models import (
@@ -66,7 +68,16 @@ CLUSTER_MODELS = (
     TINY_COLPALI,
     TINY_COLQWEN2,
 )
-EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO, TINY_FLORENCE2, TINY_DONUT)
+EXTRACTORS = (
+    NLI_MODEL,
+    GLINER2_MODEL,
+    GLINER_BI_MODEL,
+    TINY_OWLV2,
+    TINY_GROUNDING_DINO,
+    TINY_FLORENCE2,
+    TINY_DONUT,
+    GLINER2_V2_MODEL,
+)
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
 
@@ -99,6 +110,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "gliner": _entry(NER, "gliner", build_tiny_gliner(root / "gliner"), "extract") + "options:\n  threshold: 0.0\n",
         "nli": _entry(NLI_MODEL, "nli", build_tiny_nli(root / "nli"), "extract"),
         "gliner2": _entry(GLINER2_MODEL, "gliner2", build_tiny_gliner2(root / "gliner2"), "extract"),
+        "gliner2-v2": _entry(GLINER2_V2_MODEL, "gliner2-v2", build_tiny_gliner2_v2(root / "gliner2-v2"), "extract"),
         "gliner-bi": _entry(GLINER_BI_MODEL, "gliner", build_tiny_gliner_bi(root / "bi"), "extract")
         + "options:\n  threshold: 0.3\n",
         "clip": _entry(TINY_CLIP, "clip", build_tiny_clip(root / "clip"), "encode", "backend: torch\n"),

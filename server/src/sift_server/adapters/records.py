@@ -142,6 +142,11 @@ _RECORDS: dict[str, AdapterRecord] = {
             structured_extract=True,
         ),
         AdapterRecord(
+            name="gliner2-v2",
+            target="sift_server.adapters.gliner2_v2:Gliner2V2Adapter",
+            tasks=frozenset({"extract"}),
+        ),
+        AdapterRecord(
             name="glirel",
             target="sift_server.adapters.glirel:GlirelAdapter",
             tasks=frozenset({"extract"}),
