@@ -152,38 +152,70 @@ async def _run_native(state: ServerState, call: Call, service: Service) -> Reply
     return Reply(200, headers, content, MSGPACK_TYPE if out_fmt == "msgpack" else JSON_TYPE)
 
 
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
+    (the whole request: decode, serve, encode the answer; errors counted)."""
+
+    decode: Callable[[Call], Awaitable[tuple[str, Any]]]
+    run: Callable[[ServerState, Call], Awaitable[Reply]]
+
+
+Answer = tuple[bytes, str, dict[str, str]]
+
+
+def _body_route(
+    decode: Callable[[Call], Awaitable[tuple[str, Any]]],
+    serve: Callable[[ServerState, Any, RequestContext], Awaitable[Any]],
+    render: Callable[[Any, Any, float], Answer],
+    unsupported: str,
+) -> Serving:
+    """A route whose body names its model (the OpenAI-shaped ones): the body
+    decoded, the request counted as an arrival from then on (the model is only
+    known once the body is parsed, so this traffic feeds the arrival model as
+    well), the use case run (``serve``) and its outcome rendered (``render``:
+    body, media type, headers, given the elapsed seconds). A model without the
+    task is a 400 naming the model, ``unsupported`` being its message with
+    ``{model}`` in it."""
+
+    async def run(state: ServerState, call: Call) -> Reply:
+        ingress = call.ingress
+        model = ""
+        try:
+            model, body = await decode(call)
+            if ingress is None:
+                ingress = state.registry.begin_ingress(model, call.started)
+            ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
+            try:
+                outcome = await serve(state, body, ctx)
+            except TaskNotSupported as error:
+                raise InvalidInput(unsupported.format(model=model), param="model") from error
+        except SiftError as error:
+            state.metrics.count(model, call.endpoint.name, error.status)
+            raise
+        finally:
+            if ingress is not None:
+                ingress.end()
+        elapsed = time.perf_counter() - call.started
+        content, media_type, headers = render(body, outcome, elapsed)
+        state.metrics.count(model, call.endpoint.name, 200, elapsed)
+        return Reply(200, {"X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id, **headers}, content, media_type)
+
+    return Serving(decode, run)
+
+
 async def _decode_embeddings(call: Call) -> tuple[str, Any]:
     body = await parse_embeddings(call.body, call.headers.get("content-type"))
     return body.model, body
 
 
-async def _embeddings(state: ServerState, call: Call) -> Reply:
-    ingress = call.ingress
-    model = ""
-    try:
-        _, body = await _decode_embeddings(call)
-        model = body.model
-        texts = input_texts(body.input)
-        if ingress is None:
-            # The model is only known once the body is parsed: count the request
-            # from here, so OpenAI traffic feeds the arrival model as well.
-            ingress = state.registry.begin_ingress(body.model, call.started)
-        native = EncodeBody(items=[Item(text=t) for t in texts])
-        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
-        try:
-            outcome = await encode(state.registry, body.model, native, state.limits, ctx, dimensions=body.dimensions)
-        except TaskNotSupported as error:
-            # The same check as the native route's, in this route's words.
-            raise InvalidInput(f"Model '{body.model}' does not produce embeddings.", param="model") from error
-    except SiftError as error:
-        state.metrics.count(model, call.endpoint.name, error.status)
-        raise
-    finally:
-        if ingress is not None:
-            ingress.end()
-    content = embeddings_answer(body, outcome.vectors, outcome.input_tokens)
-    state.metrics.count(body.model, call.endpoint.name, 200, time.perf_counter() - call.started)
-    return Reply(200, {"X-SIE-Served-By": "local"}, content)
+async def _serve_embeddings(state: ServerState, body: Any, ctx: RequestContext) -> Any:
+    native = EncodeBody(items=[Item(text=t) for t in input_texts(body.input)])
+    return await encode(state.registry, body.model, native, state.limits, ctx, dimensions=body.dimensions)
+
+
+def _render_embeddings(body: Any, outcome: Any, elapsed: float) -> Answer:
+    return embeddings_answer(body, outcome.vectors, outcome.input_tokens), JSON_TYPE, {}
 
 
 async def _decode_rerank(call: Call) -> tuple[str, Any]:
@@ -191,31 +223,28 @@ async def _decode_rerank(call: Call) -> tuple[str, Any]:
     return body.model, body
 
 
-async def _rerank(state: ServerState, call: Call) -> Reply:
-    """The score service over the same pairs (so the engine batches them as a
-    score request's), answered in the Cohere shape."""
-    ingress = call.ingress
-    model = ""
-    try:
-        _, body = await _decode_rerank(call)
-        model = body.model
-        if ingress is None:
-            ingress = state.registry.begin_ingress(body.model, call.started)
-        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
-        try:
-            outcome = await score(state.registry, body.model, score_body(body), state.limits, ctx)
-        except TaskNotSupported as error:
-            message = f"Model '{body.model}' does not support reranking (no score task). Use a reranker model."
-            raise InvalidInput(message, param="model") from error
-    except SiftError as error:
-        state.metrics.count(model, call.endpoint.name, error.status)
-        raise
-    finally:
-        if ingress is not None:
-            ingress.end()
-    content = rerank_answer(body, outcome.payload)
-    state.metrics.count(body.model, call.endpoint.name, 200, time.perf_counter() - call.started)
-    return Reply(200, {"X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id}, content)
+async def _serve_rerank(state: ServerState, body: Any, ctx: RequestContext) -> Any:
+    """The score service over the same pairs, so the engine batches them as a score request's."""
+    return await score(state.registry, body.model, score_body(body), state.limits, ctx)
+
+
+def _render_rerank(body: Any, outcome: Any, elapsed: float) -> Answer:
+    return rerank_answer(body, outcome.payload), JSON_TYPE, {}
+
+
+async def _decode_transcription(call: Call) -> tuple[str, Any]:
+    body = await parse_transcription(call.body, call.headers.get("content-type"))
+    return body.model, body
+
+
+async def _serve_transcription(state: ServerState, body: Any, ctx: RequestContext) -> Any:
+    return await transcribe(state.registry, body, state.limits, ctx)
+
+
+def _render_transcription(body: Any, outcome: Any, elapsed: float) -> Answer:
+    """Answered in the asked ``response_format``."""
+    content, media_type = transcription_answer(body, outcome.text, outcome.segments, outcome.language, outcome.duration)
+    return content, media_type, outcome.timing.headers(elapsed)
 
 
 def _generation(
@@ -236,57 +265,31 @@ def _generation(
     return serve
 
 
-async def _decode_transcription(call: Call) -> tuple[str, Any]:
-    body = await parse_transcription(call.body, call.headers.get("content-type"))
-    return body.model, body
-
-
-async def _transcriptions(state: ServerState, call: Call) -> Reply:
-    """A Whisper transcription, answered in the asked ``response_format``."""
-    ingress = call.ingress
-    model = ""
-    try:
-        _, body = await _decode_transcription(call)
-        model = body.model
-        if ingress is None:
-            ingress = state.registry.begin_ingress(body.model, call.started)
-        ctx = RequestContext(request_id_of(call.headers), call.started, ingress, call.disconnected, prep=state.prep)
-        try:
-            outcome = await transcribe(state.registry, body, state.limits, ctx)
-        except TaskNotSupported as error:
-            raise InvalidInput(f"Model '{body.model}' does not transcribe audio.", param="model") from error
-    except SiftError as error:
-        state.metrics.count(model, call.endpoint.name, error.status)
-        raise
-    finally:
-        if ingress is not None:
-            ingress.end()
-    content, media_type = transcription_answer(body, outcome.text, outcome.segments, outcome.language, outcome.duration)
-    elapsed = time.perf_counter() - call.started
-    state.metrics.count(body.model, call.endpoint.name, 200, elapsed)
-    headers = {"X-SIE-Served-By": "local", "X-Request-ID": ctx.request_id, **outcome.timing.headers(elapsed)}
-    return Reply(200, headers, content, media_type)
-
-
-@dataclass(frozen=True, slots=True)
-class Serving:
-    """What runs one endpoint: ``decode`` (its model and decoded body) and ``run``
-    (the whole request: decode, serve, encode the answer; errors counted)."""
-
-    decode: Callable[[Call], Awaitable[tuple[str, Any]]]
-    run: Callable[[ServerState, Call], Awaitable[Reply]]
-
-
 # By endpoint name (core/endpoints.py): a new endpoint's entry there and its service here.
 SERVING: dict[str, Serving] = {
     "encode": Serving(_decode_native, _native(encode)),
     "score": Serving(_decode_native, _native(score)),
     "extract": Serving(_decode_native, _native(extract)),
-    "embeddings": Serving(_decode_embeddings, _embeddings),
-    "rerank": Serving(_decode_rerank, _rerank),
+    "embeddings": _body_route(
+        _decode_embeddings,
+        _serve_embeddings,
+        _render_embeddings,
+        "Model '{model}' does not produce embeddings.",
+    ),
+    "rerank": _body_route(
+        _decode_rerank,
+        _serve_rerank,
+        _render_rerank,
+        "Model '{model}' does not support reranking (no score task). Use a reranker model.",
+    ),
     "generate": Serving(generation.decode_generate, _generation(generation.run_generate)),
     "chat": Serving(generation.decode_chat, _generation(generation.run_chat)),
     "completions": Serving(generation.decode_completions, _generation(generation.run_completions)),
     "responses": Serving(generation.decode_responses, _generation(generation.run_responses)),
-    "transcriptions": Serving(_decode_transcription, _transcriptions),
+    "transcriptions": _body_route(
+        _decode_transcription,
+        _serve_transcription,
+        _render_transcription,
+        "Model '{model}' does not transcribe audio.",
+    ),
 }
