@@ -56,3 +56,8 @@ def test_default_pinning_uses_two_cpus_when_there_are_two() -> None:
     else:
         assert server is None and client is None
     assert bench_cli.default_cpus("none", "none") == (None, None)
+
+
+def test_fresh_cache_is_a_flag_off_by_default() -> None:
+    assert not build_parser().parse_args(["bench"]).fresh_cache
+    assert build_parser().parse_args(["bench", "--fresh-cache"]).fresh_cache

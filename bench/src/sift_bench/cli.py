@@ -131,6 +131,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     runs.add_argument("--open-capacity", type=float, metavar="REQ_PER_S",
                       help="the capacity the open-loop loads are shares of (default: a closed loop at the largest "
                       "--concurrency on the first arm, measured once before the trials)")  # fmt: skip
+    runs.add_argument("--fresh-cache", action="store_true",
+                      help="give every Sift server start an empty artifact cache (SIFT_CACHE_DIR a new folder, "
+                      "removed after): each run is a model's first start after install, `auto` deciding "
+                      "while it serves")  # fmt: skip
     runs.add_argument("--client", choices=("sdk", "httpx", "raw"), default="sdk",
                       help="load generator client: the SDK, bare httpx, or raw (lean HTTP/1.1, "
                       "a fraction of a millisecond per request)")  # fmt: skip
@@ -359,6 +363,7 @@ def main(args: argparse.Namespace) -> int:
             progress=False if args.no_progress else None,
             command_line=["sift", *sys.argv[1:]],
             open_capacity=args.open_capacity,
+            fresh_cache=args.fresh_cache,
         )
         print(f"sift bench: arms {', '.join(a.name for a in arms)}; {args.trials} trial(s); output {out_dir}",
               file=sys.stderr)  # fmt: skip

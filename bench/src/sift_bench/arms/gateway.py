@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from sift_bench.arms.server import ArmServer, child_env, pin_prefix, prepare_logs
+from sift_bench.arms.server import ArmServer, pin_prefix, prepare_logs, spec_env
 from sift_server.processes import free_port, nats_command, sift_command, spawn, wait_ready
 
 
@@ -43,7 +43,7 @@ class ClusterServer(ArmServer):
             "--trace-file", str(spec.trace_path), "--shutdown-grace-s", "5", *models, *spec.extra_args,
         ]  # fmt: skip
         prepare_logs(spec, self.command)
-        env = child_env(spec.pythonpath)
+        env = spec_env(spec)
         # All three write to the run's one log.
         for name, command in (("nats-server", nats_command(nats_port, folder)), ("gateway", gateway)):
             self.others.append(spawn(name, command, spec.log_path, env=env, own_session=True, append=True))

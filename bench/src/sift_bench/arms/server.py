@@ -121,6 +121,13 @@ class ServerSpec:
     pythonpath: Path | None = None
     ready_timeout_s: float = 300.0
     extra_args: Sequence[str] = ()
+    # The artifact cache of Sift's processes (SIFT_CACHE_DIR); None: the user's.
+    cache_dir: Path | None = None
+
+
+def spec_env(spec: ServerSpec) -> dict[str, str]:
+    """The environment of a Sift process of ``spec``: ``child_env`` with its cache folder."""
+    return child_env(spec.pythonpath, {"SIFT_CACHE_DIR": str(spec.cache_dir)} if spec.cache_dir else None)
 
 
 @dataclass(slots=True)
@@ -196,7 +203,7 @@ class ServerProcess(ArmServer):
         prepare_logs(spec, self.command)
         # Own session: a Ctrl-C in the terminal reaches us, and we stop the server ourselves.
         self.primary = spawn(
-            "sift serve", self.command, spec.log_path, env=child_env(spec.pythonpath), own_session=True, append=True
+            "sift serve", self.command, spec.log_path, env=spec_env(spec), own_session=True, append=True
         )
         try:
             wait_ready(self.url, [self.primary], spec.ready_timeout_s)

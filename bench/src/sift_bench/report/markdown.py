@@ -325,6 +325,11 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"{plan['warmup_closed_s']} s closed loop; not counted), sequential {plan['sequential']}, "
         f"{plan['bursts']} bursts of each of {plan['burst_sizes']} after {plan['burst_gap_s'] * 1000:.0f} ms idle, "
         f"closed loop at {plan['concurrencies']} in flight for {plan['closed_seconds']} s each",
+        *(
+            ["- artifact cache: empty at every Sift server start (`--fresh-cache`): each run is a first start"]
+            if config.get("fresh_cache")
+            else []
+        ),
         f"- command: `{' '.join(meta.get('command_line') or ['?'])}`",
         f"- started {meta['started']}, finished {meta.get('finished', '?')}, host `{meta['host']}`, "
         f"Python {meta['python']}, SDK {meta.get('sift_sdk')}",

@@ -46,3 +46,5 @@ class BenchConfig:
     command_line: list[str] | None = None
     # Requests/s the open loops are shares of; None: measured before the trials (run.runner).
     open_capacity: float | None = None
+    # Every Sift server start gets an empty artifact cache: each run is a first start after install.
+    fresh_cache: bool = False

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -222,6 +223,7 @@ def run_one(
         pythonpath=arm.pythonpath,
         ready_timeout_s=config.ready_timeout_s,
         extra_args=arm.server_args,
+        cache_dir=fresh_cache_dir(out, tag) if config.fresh_cache and arm.kind != "reference" else None,
     )
     # A gateway arm: the same phases through nats-server, a gateway and one worker.
     server: ArmServer
@@ -291,6 +293,9 @@ def run_one(
         server.stop()
         if "server" in run:
             run["server"]["returncode"] = server.returncode
+        if spec.cache_dir is not None:
+            # Exports run to hundreds of MB a model; the next start gets its own folder.
+            shutil.rmtree(spec.cache_dir, ignore_errors=True)
 
     records: list[ForwardRecord] = read_trace(spec.trace_path) if spec.trace_path.is_file() else []
     measured_ids = [r.request_id for p in measured for r in p.requests]
@@ -315,6 +320,14 @@ def run_one(
         run["replay"] = replay_for_run(config, arm, records, warm, measured, tag)
         progress.log(f"trial {trial + 1} · {arm.name}: {describe(run['replay'])}")
     return run
+
+
+def fresh_cache_dir(out: Path, tag: str) -> Path:
+    """An empty artifact cache for one server start (``--fresh-cache``)."""
+    folder = out / "caches" / tag
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 # ---- the whole bench ------------------------------------------------------
@@ -376,6 +389,7 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "replay": config.replay,
         "replay_cap_s": config.replay_cap_s,
         "open_capacity": config.open_capacity,
+        "fresh_cache": config.fresh_cache,
         "event_loop": "uvloop" if _loop_factory() is not None else "asyncio",
     }
 
