@@ -4,11 +4,20 @@ and the per-item output shape of the contract (API.md §4.2)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from sift_server.adapters.base import ExtractTask, Part
+from sift_server.adapters.base import ExtractTask, Part, TaskInput
 from sift_server.errors import InvalidInput
+
+
+def text_extract_task(task: TaskInput) -> ExtractTask:
+    """``task`` as the extract task of at least one text a text extractor takes, or the 400."""
+    if not isinstance(task, ExtractTask):
+        raise InvalidInput("this model only supports the extract task")
+    if not task.texts:
+        raise InvalidInput("extract needs at least one item")
+    return task
 
 
 def resolve_labels(task: ExtractTask) -> tuple[str, ...]:
@@ -67,3 +76,19 @@ def group_parts(parts: Sequence[Part]) -> dict[Hashable, list[int]]:
     for index, part in enumerate(parts):
         groups.setdefault(part.prepared.compat_key, []).append(index)
     return groups
+
+
+def forward_by_key(parts: Sequence[Part], run: Callable[[Any, list[str]], list[Any]]) -> list[list[Any]]:
+    """One call of ``run`` per compat key, on the group's first payload and the texts
+    of all its parts in order; each part gets its own slice of the answers back."""
+    outputs: list[list[Any]] = [[] for _ in parts]
+    for indices in group_parts(parts).values():
+        group = [parts[i] for i in indices]
+        texts = [t for p in group for t in p.prepared.payload.texts[p.start : p.stop]]
+        items = run(group[0].prepared.payload, texts)
+        offset = 0
+        for i, part in zip(indices, group, strict=True):
+            size = part.stop - part.start
+            outputs[i] = items[offset : offset + size]
+            offset += size
+    return outputs

@@ -39,9 +39,10 @@ from sift_server.adapters._extract_common import (
     catalog_flag,
     catalog_threshold,
     extract_item,
-    group_parts,
+    forward_by_key,
     reject_options,
     resolve_labels,
+    text_extract_task,
 )
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
@@ -188,10 +189,7 @@ class Gliner2Adapter(Adapter):
         return cls(model, ctx.options, min(limits) if limits else DEFAULT_MAX_TOKENS, device)
 
     def prepare(self, task: TaskInput) -> Prepared:
-        if not isinstance(task, ExtractTask):
-            raise InvalidInput("this model only supports the extract task")
-        if not task.texts:
-            raise InvalidInput("extract needs at least one item")
+        task = text_extract_task(task)
         reject_options(
             task, "a GLiNER2 model", flat_ner=task.flat_ner, label_groups=task.label_groups, examples=task.examples
         )
@@ -235,19 +233,8 @@ class Gliner2Adapter(Adapter):
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         import torch
 
-        outputs: list[list[Any]] = [[] for _ in parts]
         with torch.inference_mode():
-            for indices in group_parts(parts).values():
-                group = [parts[i] for i in indices]
-                texts = [t for p in group for t in p.prepared.payload.texts[p.start : p.stop]]
-                payload: Gliner2Payload = group[0].prepared.payload
-                items = self._run(payload, texts)
-                offset = 0
-                for i, part in zip(indices, group, strict=True):
-                    size = part.stop - part.start
-                    outputs[i] = items[offset : offset + size]
-                    offset += size
-        return outputs
+            return forward_by_key(parts, self._run)
 
     def memory_bytes(self) -> int:
         return module_bytes(self.model)

@@ -34,8 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sift_server.adapters._extract_common import catalog_threshold, extract_item, group_parts, reject_options
-from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
+from sift_server.adapters._extract_common import (
+    catalog_threshold,
+    extract_item,
+    forward_by_key,
+    reject_options,
+    text_extract_task,
+)
+from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
 from sift_server.adapters.conversion_process import ConversionCrashed, ConversionProcess, ConversionTimeout
 from sift_server.adapters.gliner2_v2_child import GLINER2_V2_VERSION
 from sift_server.errors import InputTooLong, InvalidInput
@@ -112,10 +118,7 @@ class Gliner2V2Adapter(Adapter):
         return adapter
 
     def prepare(self, task: TaskInput) -> Prepared:
-        if not isinstance(task, ExtractTask):
-            raise InvalidInput("this model only supports the extract task")
-        if not task.texts:
-            raise InvalidInput("extract needs at least one item")
+        task = text_extract_task(task)
         reject_options(
             task,
             "a GLiNER2 2.x entity model",
@@ -146,18 +149,7 @@ class Gliner2V2Adapter(Adapter):
         )
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
-        outputs: list[list[Any]] = [[] for _ in parts]
-        for indices in group_parts(parts).values():
-            group = [parts[i] for i in indices]
-            texts = [t for p in group for t in p.prepared.payload.texts[p.start : p.stop]]
-            payload: EntitiesPayload = group[0].prepared.payload
-            items = self._run(texts, payload)
-            offset = 0
-            for i, part in zip(indices, group, strict=True):
-                size = part.stop - part.start
-                outputs[i] = items[offset : offset + size]
-                offset += size
-        return outputs
+        return forward_by_key(parts, self._run)
 
     def memory_bytes(self) -> int:
         # The model lives in the child; its weights are what it holds.
@@ -166,7 +158,7 @@ class Gliner2V2Adapter(Adapter):
     def close(self) -> None:
         self.process.stop()
 
-    def _run(self, texts: list[str], payload: EntitiesPayload) -> list[dict[str, Any]]:
+    def _run(self, payload: EntitiesPayload, texts: list[str]) -> list[dict[str, Any]]:
         try:
             status, answers = self.process.call((texts, list(payload.labels), payload.threshold), self.timeout_s)
         except (ConversionTimeout, ConversionCrashed) as exc:

@@ -41,6 +41,7 @@ from sift_server.adapters._extract_common import (
     extract_item,
     reject_options,
     resolve_labels,
+    text_extract_task,
 )
 from sift_server.adapters._torch_runtime import (
     configure_threads,
@@ -49,7 +50,7 @@ from sift_server.adapters._torch_runtime import (
     select_device,
     tokenizer_limit,
 )
-from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
+from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
 
 # The reference adapter's defaults: threshold 0.3 unless the catalog says, 10 relations per entity pair.
@@ -208,10 +209,7 @@ class GlirelAdapter(Adapter):
         return cls(model, ctx.options, limit, device)
 
     def prepare(self, task: TaskInput) -> Prepared:
-        if not isinstance(task, ExtractTask):
-            raise InvalidInput("this model only supports the extract task")
-        if not task.texts:
-            raise InvalidInput("extract needs at least one item")
+        task = text_extract_task(task)
         reject_options(
             task,
             "a GLiREL model",

@@ -40,13 +40,14 @@ from sift_server.adapters._extract_common import (
     extract_item,
     reject_options,
     resolve_labels,
+    text_extract_task,
 )
 from sift_server.adapters._probes import GLICLASS_PROBE_LABELS, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device
 from sift_server.adapters.backends.choice import open_runner
 from sift_server.adapters.backends.seam import Runner
 from sift_server.adapters.backends.select import SCORES, may_run_torch, select
-from sift_server.adapters.base import Adapter, AdapterInfo, ExtractTask, LoadContext, Part, Prepared, TaskInput
+from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
 from sift_server.adapters.cross_encoder import ClassifierLogits, effective_max_length, padded_logits
 from sift_server.errors import InputTooLong, InvalidInput
 
@@ -203,10 +204,7 @@ class NliAdapter(Adapter):
         return cls(runner, tokenizer, classes, ctx.options, max_length, runtime)
 
     def prepare(self, task: TaskInput) -> Prepared:
-        if not isinstance(task, ExtractTask):
-            raise InvalidInput("this model only supports the extract task")
-        if not task.texts:
-            raise InvalidInput("extract needs at least one item")
+        task = text_extract_task(task)
         reject_options(
             task,
             "an NLI zero-shot classifier",

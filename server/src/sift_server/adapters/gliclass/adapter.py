@@ -38,6 +38,7 @@ from sift_server.adapters._extract_common import (
     group_parts,
     reject_options,
     resolve_labels,
+    text_extract_task,
 )
 from sift_server.adapters._probes import GLICLASS_PROBE_LABELS, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
@@ -49,14 +50,13 @@ from sift_server.adapters.backends.select import select
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
-    ExtractTask,
     LoadContext,
     Part,
     Prepared,
     TaskInput,
 )
 from sift_server.adapters.gliclass import graph as runtimes
-from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.errors import InputTooLong
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -178,10 +178,7 @@ class GliClassAdapter(Adapter):
         return cls(pipeline, runner, tokenizer, ctx.options, max_tokens, runtime)
 
     def prepare(self, task: TaskInput) -> Prepared:
-        if not isinstance(task, ExtractTask):
-            raise InvalidInput("this model only supports the extract task")
-        if not task.texts:
-            raise InvalidInput("extract needs at least one item")
+        task = text_extract_task(task)
         reject_options(task, "a classification model", flat_ner=task.flat_ner)
         rows: tuple[Row, ...] = (
             tuple((name, labels) for name, labels in task.label_groups)

@@ -33,6 +33,7 @@ from sift_server.adapters._extract_common import (
     group_parts,
     reject_options,
     resolve_labels,
+    text_extract_task,
 )
 from sift_server.adapters._probes import BATCH, GLINER_PROBE_LABELS, GLINER_PROBE_TEXTS
 from sift_server.adapters._torch_runtime import configure_threads, select_device, tokenizer_limit
@@ -40,14 +41,13 @@ from sift_server.adapters.backends.select import may_run_torch, select
 from sift_server.adapters.base import (
     Adapter,
     AdapterInfo,
-    ExtractTask,
     LoadContext,
     Part,
     Prepared,
     TaskInput,
 )
 from sift_server.adapters.gliner import graph as runtimes
-from sift_server.errors import InputTooLong, InvalidInput
+from sift_server.errors import InputTooLong
 from sift_server.forward_io import split_by_parts
 
 if TYPE_CHECKING:
@@ -145,10 +145,7 @@ class GlinerAdapter(Adapter):
         return cls(chosen, ctx.options, tokenizer_limit(tokenizer, ctx.max_sequence_length, positions), runtime)
 
     def prepare(self, task: TaskInput) -> Prepared:
-        if not isinstance(task, ExtractTask):
-            raise InvalidInput("this model only supports the extract task")
-        if not task.texts:
-            raise InvalidInput("extract needs at least one item")
+        task = text_extract_task(task)
         reject_options(
             task,
             "an entity model",
