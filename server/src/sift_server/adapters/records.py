@@ -202,6 +202,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             inputs=("image",),
         ),
         AdapterRecord(
+            name="lighton-ocr",
+            target="sift_server.adapters.lighton_ocr:LightOnOcrAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),
