@@ -17,6 +17,11 @@ answer one image.
 - ``lighton_ocr``: the reference's ``transformers`` profile of LightOnOCR-2: the chat
   template over its system prompt, the image and the instruction, greedy ``generate``,
   the new tokens decoded without special tokens, one ``markdown`` entity.
+- ``paddleocr_vl``: the reference's ``paddleocr_vl`` adapter runs the checkpoint's
+  repository code, which Sift does not; these are transformers' native classes with
+  its steps around them: one user turn with the image and the task's prompt (or the
+  instruction), greedy ``generate``, the new tokens decoded without special tokens,
+  one entity labelled ``markdown`` or by its task.
 
 The wire mapping of each family is sift_server's (adapters/_<family>_rules.py), shared
 with the adapter. Re-record after changing a tiny model, the images or the cases:
@@ -145,20 +150,20 @@ def _lighton_ocr() -> Family:
     def answer(model: Any, processor: Any, case: Mapping[str, Any], defaults: Mapping[str, Any], image: Any) -> Any:
         import torch
 
-        from sift_server.adapters._lighton_ocr_rules import (
-            DEFAULT_SYSTEM_PROMPT,
-            chat_messages,
-            resolve_request,
+        from sift_server.adapters._ocr_vl_rules import (
+            LIGHTON_SYSTEM_PROMPT,
+            lighton_messages,
+            lighton_request,
             wire_entities,
         )
 
-        request = resolve_request(
+        request = lighton_request(
             case["options"],
             case["instruction"],
             max_new_tokens=defaults["max_new_tokens"],
             num_beams=defaults["num_beams"],
         )
-        messages = chat_messages(DEFAULT_SYSTEM_PROMPT, request.instruction)
+        messages = lighton_messages(LIGHTON_SYSTEM_PROMPT, request.text)
         text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = processor(text=text, images=[image], return_tensors="pt")
         prompt_length = inputs["input_ids"].shape[1]
@@ -167,15 +172,63 @@ def _lighton_ocr() -> Family:
                 **inputs, max_new_tokens=request.max_new_tokens, do_sample=False, num_beams=request.num_beams
             )
         decoded = processor.decode(generated[0, prompt_length:], skip_special_tokens=True)
-        return {"text": decoded, "entities": wire_entities(decoded)}
+        return {"text": decoded, "entities": wire_entities(decoded, request.label)}
 
     return Family(build_tiny_lighton_ocr, load, lighton_ocr_cases, catalog_options, answer)
+
+
+def _paddleocr_vl() -> Family:
+    from tests.fixtures.tiny_paddleocr_vl import build_tiny_paddleocr_vl, catalog_options, paddleocr_vl_cases
+
+    def load(folder: Path) -> tuple[Any, Any]:
+        from transformers import AutoTokenizer, PaddleOCRVLForConditionalGeneration, PaddleOCRVLProcessor
+        from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import (
+            PaddleOCRVLImageProcessorPil,
+        )
+
+        # Built from its parts: AutoImageProcessor (from_pretrained's path) asks for torchvision.
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        processor = PaddleOCRVLProcessor(
+            image_processor=PaddleOCRVLImageProcessorPil.from_pretrained(folder),
+            tokenizer=tokenizer,
+            chat_template=tokenizer.chat_template,
+        )
+        return PaddleOCRVLForConditionalGeneration.from_pretrained(folder).eval(), processor
+
+    def answer(model: Any, processor: Any, case: Mapping[str, Any], defaults: Mapping[str, Any], image: Any) -> Any:
+        import torch
+
+        from sift_server.adapters._ocr_vl_rules import paddle_messages, paddle_request, wire_entities
+
+        request = paddle_request(
+            case["options"],
+            case["instruction"],
+            default_task=defaults["task"],
+            max_new_tokens=defaults["max_new_tokens"],
+            num_beams=defaults["num_beams"],
+        )
+        text = processor.apply_chat_template(paddle_messages(request.text), add_generation_prompt=True, tokenize=False)
+        inputs = processor(text=text, images=[image], return_tensors="pt")
+        prompt_length = inputs["input_ids"].shape[1]
+        with torch.inference_mode():
+            generated = model.generate(
+                **inputs,
+                max_new_tokens=request.max_new_tokens,
+                do_sample=False,
+                num_beams=request.num_beams,
+                use_cache=True,
+            )
+        decoded = processor.decode(generated[0, prompt_length:], skip_special_tokens=True)
+        return {"text": decoded, "entities": wire_entities(decoded, request.label)}
+
+    return Family(build_tiny_paddleocr_vl, load, paddleocr_vl_cases, catalog_options, answer)
 
 
 FAMILIES: dict[str, Callable[[], Family]] = {
     "donut": _donut,
     "florence2": _florence2,
     "lighton_ocr": _lighton_ocr,
+    "paddleocr_vl": _paddleocr_vl,
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sift_server.adapters._lighton_ocr_rules import chat_messages, resolve_request, through_end, wire_entities
+from sift_server.adapters._ocr_vl_rules import lighton_messages, lighton_request, through_end, wire_entities
 from sift_server.adapters._refusal import UnservableModel
 from sift_server.adapters.base import ExtractTask, Part
 from sift_server.adapters.lighton_ocr import LightOnOcrAdapter
@@ -124,13 +124,13 @@ def test_bad_requests_are_refused_by_name(adapter: LightOnOcrAdapter) -> None:
 
 
 def test_the_rules() -> None:
-    assert chat_messages("S", None) == [
+    assert lighton_messages("S", None) == [
         {"role": "system", "content": "S"},
         {"role": "user", "content": [{"type": "image"}]},
     ]
-    assert chat_messages("S", "tables")[1]["content"][1] == {"type": "text", "text": "tables"}
-    assert resolve_request({}, "", max_new_tokens=9, num_beams=1).instruction is None
-    assert wire_entities("  # Title\n") == [{"text": "# Title", "label": "markdown", "score": 1.0}]
+    assert lighton_messages("S", "tables")[1]["content"][1] == {"type": "text", "text": "tables"}
+    assert lighton_request({}, "", max_new_tokens=9, num_beams=1).text is None
+    assert wire_entities("  # Title\n", "markdown") == [{"text": "# Title", "label": "markdown", "score": 1.0}]
     assert through_end([5, 6, 2, 1, 1], frozenset({2})) == [5, 6, 2]
     assert through_end([5, 6], frozenset({2})) == [5, 6]
 
