@@ -1,6 +1,6 @@
 """The Donut adapter on the tiny model, in process and through the app, against
 transformers' own answers recorded in tests/fixtures/donut_parity.json
-(scripts/record_donut_parity.py): the images of several requests in one
+(scripts/record_image_generation_parity.py donut): the images of several requests in one
 ``generate``, and 400s naming what a request got wrong."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Florence-2 adapter on the tiny model, in process and through the app, against
 transformers' own answers recorded in tests/fixtures/florence2_parity.json
-(scripts/record_florence2_parity.py), and the rules around it: the images of several
+(scripts/record_image_generation_parity.py florence2), and the rules around it: the images of several
 requests in one ``generate``, 400s naming what a request got wrong, and Microsoft's
 repository-code layout refused at load."""
 

@@ -38,6 +38,8 @@ from tests.fixtures.tiny_florence2 import catalog_options as florence2_options
 from tests.fixtures.tiny_gliner2_v2 import MODEL as GLINER2_V2_MODEL
 from tests.fixtures.tiny_gliner2_v2 import build_tiny_gliner2_v2
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
+from tests.fixtures.tiny_lighton_ocr import TINY_LIGHTON_OCR, build_tiny_lighton_ocr
+from tests.fixtures.tiny_lighton_ocr import catalog_options as lighton_ocr_options
 from tests.fixtures.tiny_m3 import build_tiny_m3
 from tests.fixtures.tiny_models import (
     build_tiny_cross_encoder,
@@ -47,6 +49,8 @@ from tests.fixtures.tiny_models import (
     build_tiny_nli,
     build_tiny_sparse_encoder,
 )
+from tests.fixtures.tiny_paddleocr_vl import TINY_PADDLEOCR_VL, build_tiny_paddleocr_vl
+from tests.fixtures.tiny_paddleocr_vl import catalog_options as paddleocr_vl_options
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))
@@ -77,6 +81,8 @@ EXTRACTORS = (
     TINY_FLORENCE2,
     TINY_DONUT,
     GLINER2_V2_MODEL,
+    TINY_LIGHTON_OCR,
+    TINY_PADDLEOCR_VL,
 )
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
@@ -127,6 +133,12 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entries["donut"] = _entry(TINY_DONUT, "donut", build_tiny_donut(root / "donut"), "extract") + _options(
         donut_options()
     )
+    entries["lighton-ocr"] = _entry(
+        TINY_LIGHTON_OCR, "lighton-ocr", build_tiny_lighton_ocr(root / "lighton-ocr"), "extract"
+    ) + _options(lighton_ocr_options())
+    entries["paddleocr-vl"] = _entry(
+        TINY_PADDLEOCR_VL, "paddleocr-vl", build_tiny_paddleocr_vl(root / "paddleocr-vl"), "extract"
+    ) + _options(paddleocr_vl_options())
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
     entries["bge-m3"] = f"name: {M3_MODEL}\n" + m3_entry(str(build_tiny_m3(root / "m3")))

@@ -1,8 +1,9 @@
-"""The released ``sie-sdk`` 0.10.1 extracts from images with Sift's Florence-2 and
-Donut unchanged: on the tiny models through ``sift serve`` (tests/compat/conftest.py,
-with an API key) it gets the entities and objects transformers' own classes answered
-(tests/fixtures/florence2_parity.json, donut_parity.json), and a task Sift does not
-run is the SDK's error, a 400 on the wire."""
+"""The released ``sie-sdk`` 0.10.1 extracts from images with Sift's Florence-2, Donut,
+LightOnOCR-2 and PaddleOCR-VL unchanged: on the tiny models through ``sift serve``
+(tests/compat/conftest.py, with an API key) it gets the entities and objects
+transformers' own classes answered (tests/fixtures/florence2_parity.json,
+donut_parity.json, lighton_ocr_parity.json, paddleocr_vl_parity.json), and a task
+Sift does not run is the SDK's error, a 400 on the wire."""
 
 from __future__ import annotations
 
@@ -10,21 +11,34 @@ import base64
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.adapters import test_donut, test_florence2
+from tests.adapters import test_donut, test_florence2, test_lighton_ocr, test_paddleocr_vl
 from tests.compat.conftest import COMPAT_PYTHON, KEY
 from tests.fixtures.server_process import ServerProcess
 from tests.fixtures.tiny_detection import detection_images
 from tests.fixtures.tiny_donut import TINY_DONUT, donut_cases
 from tests.fixtures.tiny_florence2 import TINY_FLORENCE2, florence2_cases
+from tests.fixtures.tiny_lighton_ocr import TINY_LIGHTON_OCR, lighton_ocr_cases
+from tests.fixtures.tiny_paddleocr_vl import TINY_PADDLEOCR_VL, paddleocr_vl_cases
 
 DRIVER = Path(__file__).with_name("detection_driver.py")
 FLORENCE2 = [c for c in florence2_cases() if c["name"] in ("caption", "od", "ocr-with-region", "docvqa-instruction")]
 DONUT = [c for c in donut_cases() if c["name"] in ("cord", "docvqa")]
+# The OCR models: (prefix, model, cases, their recorded answers).
+OCR: list[tuple[str, str, dict[str, Any], Callable[[], dict[str, list[dict[str, Any]]]]]] = [
+    ("lighton-ocr", TINY_LIGHTON_OCR, c, test_lighton_ocr.recorded)
+    for c in lighton_ocr_cases()
+    if c["name"] in ("catalog-default", "instruction")
+] + [
+    ("paddleocr-vl", TINY_PADDLEOCR_VL, c, test_paddleocr_vl.recorded)
+    for c in paddleocr_vl_cases()
+    if c["name"] in ("table", "instruction")
+]
 UNSERVED_TASK = {
     "name": "florence2:unserved-task",
     "model": TINY_FLORENCE2,
@@ -52,6 +66,7 @@ def _wire(case: dict[str, Any], model: str, prefix: str) -> dict[str, Any]:
 def answers(direct: ServerProcess) -> dict[str, Any]:
     cases = [_wire(c, TINY_FLORENCE2, "florence2") for c in FLORENCE2]
     cases += [_wire(c, TINY_DONUT, "donut") for c in DONUT]
+    cases += [_wire(c, model, prefix) for prefix, model, c, _ in OCR]
     cases.append(_wire(UNSERVED_TASK, TINY_FLORENCE2, "florence2") | {"name": UNSERVED_TASK["name"]})
     done = subprocess.run(
         [str(COMPAT_PYTHON), str(DRIVER), direct.url, KEY],
@@ -86,6 +101,17 @@ def test_the_sdk_gets_donuts_recorded_entities(answers: dict[str, Any], case: di
     assert [_sent(entities) for entities in got["entities"]] == [
         want["entities"] for want in test_donut.recorded()[case["name"]]
     ]
+
+
+@pytest.mark.parametrize("ocr", OCR, ids=lambda ocr: f"{ocr[0]}:{ocr[2]['name']}")
+def test_the_sdk_gets_the_ocr_models_recorded_entities(
+    answers: dict[str, Any], ocr: tuple[str, str, dict[str, Any], Callable[[], dict[str, list[dict[str, Any]]]]]
+) -> None:
+    prefix, _, case, recorded = ocr
+    got = answers[f"{prefix}:{case['name']}"]
+    assert got["raw"] == {"status": 200}
+    assert "error" not in got, got["error"]
+    assert [_sent(entities) for entities in got["entities"]] == [want["entities"] for want in recorded()[case["name"]]]
 
 
 def test_a_task_sift_does_not_run_is_the_sdks_error(answers: dict[str, Any]) -> None:

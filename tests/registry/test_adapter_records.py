@@ -133,12 +133,15 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "grounding-dino",
         "florence2",
         "donut",
+        "lighton-ocr",
+        "paddleocr-vl",
         "glirel",
         "colpali",
         "gliner2-v2",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
     assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)
+    assert record_of("lighton-ocr").inputs == record_of("paddleocr-vl").inputs == ("image",)
 
 
 @pytest.mark.parametrize(

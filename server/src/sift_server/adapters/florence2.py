@@ -18,7 +18,6 @@ the image was sent at.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,18 +33,14 @@ from sift_server.adapters._florence2_rules import (
     resolve_request,
     wire_answer,
 )
-from sift_server.adapters._image_generation import (
-    catalog_count,
-    first_images,
-    only_images,
-    sequence_through_eos,
-)
+from sift_server.adapters._image_generation import ImageGenerationAdapter, catalog_count, sequence_through_eos
 from sift_server.adapters._refusal import UnservableModel
-from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
-from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput
+from sift_server.adapters._torch_runtime import configure_threads, select_device
+from sift_server.adapters.base import ExtractTask, LoadContext
 
 if TYPE_CHECKING:
     import torch
+    from PIL.Image import Image
 
 CONVERTED = "florence-community/Florence-2-base-ft"
 
@@ -58,12 +53,6 @@ class Florence2Image:
     input_ids: np.ndarray
     width: int
     height: int
-
-
-@dataclass(frozen=True, slots=True)
-class Florence2Batch:
-    request: Florence2Request
-    images: list[Florence2Image]
 
 
 def refuse_repository_layout(folder: Path) -> None:
@@ -85,7 +74,10 @@ def refuse_repository_layout(folder: Path) -> None:
         )
 
 
-class Florence2Adapter(Adapter):
+class Florence2Adapter(ImageGenerationAdapter[Florence2Request, Florence2Image]):
+    family = "florence2"
+    model_kind = "Florence-2"
+
     def __init__(
         self,
         model: Any,
@@ -96,18 +88,11 @@ class Florence2Adapter(Adapter):
         max_new_tokens: int,
         num_beams: int,
     ) -> None:
-        self.model = model
-        self.processor = processor
-        self.device = device
+        super().__init__(model, processor, device=device)
         self.task = task
         self.max_new_tokens = max_new_tokens
         self.num_beams = num_beams
         self.eos_token_id = int(processor.tokenizer.eos_token_id)
-        self.info = AdapterInfo(
-            tasks=frozenset({"extract"}),
-            inputs=("image",),
-            runtime={"backend": "torch", "precision": "fp32", "device": str(device)},
-        )
 
     @classmethod
     def load(cls, ctx: LoadContext) -> Florence2Adapter:
@@ -135,62 +120,42 @@ class Florence2Adapter(Adapter):
         resolve_request({}, None, default_task=task, max_new_tokens=max_new_tokens, num_beams=num_beams)
         return adapter
 
-    def prepare(self, task: TaskInput) -> Prepared:
-        task = only_images(task, "Florence-2")
-        request = resolve_request(
+    def resolve(self, task: ExtractTask) -> Florence2Request:
+        return resolve_request(
             task.options,
             task.instruction,
             default_task=self.task,
             max_new_tokens=self.max_new_tokens,
             num_beams=self.num_beams,
         )
-        images = []
-        for image in first_images(task):
-            inputs = self.processor(text=[request.prompt], images=[image], return_tensors="np")
-            images.append(
-                Florence2Image(
-                    np.asarray(inputs["pixel_values"][0], dtype=np.float32),
-                    np.asarray(inputs["input_ids"][0], dtype=np.int64),
-                    image.width,
-                    image.height,
-                )
-            )
-        # An image costs the tokens it reads and may write, once per beam.
-        costs = [(int(image.input_ids.shape[0]) + request.max_new_tokens) * request.num_beams for image in images]
-        return Prepared(item_costs=costs, compat_key=("florence2", request), payload=Florence2Batch(request, images))
 
-    def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+    def prepare_image(self, image: Image, request: Florence2Request) -> Florence2Image:
+        inputs = self.processor(text=[request.prompt], images=[image], return_tensors="np")
+        return Florence2Image(
+            np.asarray(inputs["pixel_values"][0], dtype=np.float32),
+            np.asarray(inputs["input_ids"][0], dtype=np.int64),
+            image.width,
+            image.height,
+        )
+
+    def image_cost(self, image: Florence2Image, request: Florence2Request) -> int:
+        return (int(image.input_ids.shape[0]) + request.max_new_tokens) * request.num_beams
+
+    def generate(self, request: Florence2Request, images: list[Florence2Image]) -> list[list[int]]:
         import torch
 
-        request: Florence2Request = parts[0].prepared.payload.request
-        chosen = [image for part in parts for image in part.prepared.payload.images[part.start : part.stop]]
-        with torch.inference_mode():
-            generated = self.model.generate(
-                input_ids=torch.from_numpy(np.stack([image.input_ids for image in chosen])).to(self.device),
-                pixel_values=torch.from_numpy(np.stack([image.pixels for image in chosen])).to(self.device),
-                max_new_tokens=request.max_new_tokens,
-                num_beams=request.num_beams,
-                do_sample=False,
-            )
-        results = []
-        for row, image in zip(generated.tolist(), chosen, strict=True):
-            # Cut where this image alone would have stopped (the batch pads the rest).
-            text = self.processor.decode(sequence_through_eos(row, self.eos_token_id), skip_special_tokens=False)
-            parsed = self.processor.post_process_generation(
-                text, task=request.task, image_size=(image.width, image.height)
-            )
-            entities, objects = wire_answer(parsed, request.task)
-            results.append(extract_item(entities) | {"objects": objects})
-        out: list[list[Any]] = []
-        offset = 0
-        for part in parts:
-            size = part.stop - part.start
-            out.append(results[offset : offset + size])
-            offset += size
-        return out
+        generated = self.model.generate(
+            input_ids=torch.from_numpy(np.stack([image.input_ids for image in images])).to(self.device),
+            pixel_values=torch.from_numpy(np.stack([image.pixels for image in images])).to(self.device),
+            max_new_tokens=request.max_new_tokens,
+            num_beams=request.num_beams,
+            do_sample=False,
+        )
+        # Cut where each image alone would have stopped (the batch pads the rest).
+        return [sequence_through_eos(row, self.eos_token_id) for row in generated.tolist()]
 
-    def memory_bytes(self) -> int:
-        return module_bytes(self.model)
-
-    def close(self) -> None:
-        release_module(self.model, self.device)
+    def answer(self, row: list[int], image: Florence2Image, request: Florence2Request) -> dict[str, Any]:
+        text = self.processor.decode(row, skip_special_tokens=False)
+        parsed = self.processor.post_process_generation(text, task=request.task, image_size=(image.width, image.height))
+        entities, objects = wire_answer(parsed, request.task)
+        return extract_item(entities) | {"objects": objects}

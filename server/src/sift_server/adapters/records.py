@@ -207,6 +207,18 @@ _RECORDS: dict[str, AdapterRecord] = {
             inputs=("image",),
         ),
         AdapterRecord(
+            name="lighton-ocr",
+            target="sift_server.adapters.lighton_ocr:LightOnOcrAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
+            name="paddleocr-vl",
+            target="sift_server.adapters.paddleocr_vl:PaddleOcrVlAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),
