@@ -86,7 +86,7 @@ fi
 # One resolver pass for everything; torch pinned: left to a resolver, "torch" means a
 # multi-GB CUDA build.
 install_into .venv/bin/python "torch==2.13.0" -e ./sdk \
-  -e "./server[extract,glirel,rerank,hybrid,lora,onnx,openvino,cluster,otel,images,documents,generation,remote,speech]" -e ./bench -r requirements-dev.txt
+  -e "./server[extract,glirel,rerank,hybrid,lora,onnx,openvino,cluster,otel,images,documents,generation,remote,speech,colvision]" -e ./bench -r requirements-dev.txt
 # docling imports these at start, whatever the format (the extra `documents` has the rest): without
 # their dependencies, since docling-ibm-models' torchvision is PyPI's CUDA build (it fails to load
 # beside the CPU torch and breaks transformers' image code) and docling-parse pins Pillow below 13
@@ -98,6 +98,9 @@ install_into .venv/bin/python --no-deps "docling-ibm-models>=3.13,<4" "jsonlines
 # dependencies (pydantic, requests, tqdm, torch, transformers, safetensors, peft) are .venv's.
 rm -rf .venv/sift-side/gliner2-2.0.0
 install_into .venv/bin/python --no-deps --target .venv/sift-side/gliner2-2.0.0 "gliner2==2.0.0"
+# colpali-engine (the colpali-engine adapter, extra `colvision`): without its dependencies, since it
+# asks for torchvision (PyPI's build fails to load beside the CPU torch) and caps peft below 0.21.
+install_into .venv/bin/python --no-deps "colpali-engine==0.3.18"
 # Generation (docs/generation.md): xgrammar, the grammar compiler of the engine, which Sift runs to refuse
 # a grammar before the engine sees it (without triton, its GPU kernels); and, for the tests only,
 # optimum-intel's OpenVINO exporter (it pins transformers below 5.6; its export runs on 5.16).

@@ -23,6 +23,7 @@ from tests.adapters.parity.m3_cases import entry as m3_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
 from tests.fixtures.tiny_colpali import TINY_COLPALI, TINY_COLQWEN2, build_tiny_colpali, build_tiny_colqwen2
+from tests.fixtures.tiny_colvision import MAX_PIXELS, MIN_PIXELS, TINY_COLQWEN2_5, build_tiny_colqwen2_5
 from tests.fixtures.tiny_decoder import build_tiny_qwen3_embedder, build_tiny_qwen3_reranker
 from tests.fixtures.tiny_detection import (
     TINY_GROUNDING_DINO,
@@ -71,6 +72,7 @@ CLUSTER_MODELS = (
     M3_MODEL,
     TINY_COLPALI,
     TINY_COLQWEN2,
+    TINY_COLQWEN2_5,
 )
 EXTRACTORS = (
     NLI_MODEL,
@@ -145,6 +147,10 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for model, build in ((TINY_COLPALI, build_tiny_colpali), (TINY_COLQWEN2, build_tiny_colqwen2)):
         slug = model.replace("/", "-")
         entries[slug] = _entry(model, "colpali", build(root / slug), "encode, score")
+    colqwen2_5 = build_tiny_colqwen2_5(root / "colqwen2_5")
+    entries["colqwen2_5"] = _entry(TINY_COLQWEN2_5, "colpali-engine", colqwen2_5, "encode, score") + _options(
+        {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+    )
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

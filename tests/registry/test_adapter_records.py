@@ -119,6 +119,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "decoder-embedder": ("dense",),
         "bge-m3": ("dense", "sparse", "multivector"),
         "colpali": ("multivector",),
+        "colpali-engine": ("multivector",),
     }
     assert [n for n, r in RECORDS.items() if r.remote] == ["openai-remote"]  # no forward: its backend is moot
     assert {n for n, r in RECORDS.items() if r.backends == {"torch"} and not r.remote} == {
@@ -138,6 +139,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "glirel",
         "colpali",
         "gliner2-v2",
+        "colpali-engine",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
     assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import torch
     from PIL.Image import Image
 
-Family = Literal["colpali", "colqwen2"]
+Family = Literal["colpali", "colqwen2", "colqwen2_5"]
 # The reference catalog's text limit for these models when the entry sets none.
 DEFAULT_MAX_LENGTH = 2048
 # The backbones each family's transformers class is served with (what the parity covers).
@@ -121,6 +121,7 @@ class ColPaliAdapter(Adapter):
         device: torch.device,
         normalize: bool,
         max_length: int,
+        dims: int | None = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -134,7 +135,7 @@ class ColPaliAdapter(Adapter):
         # The fast tokenizer is not safe to share between threads (the event loop
         # tokenizes texts, the prep thread images); calls are short.
         self._lock = threading.Lock()
-        dims = int(model.config.embedding_dim)
+        dims = dims or int(model.config.embedding_dim)
         self.info = AdapterInfo(
             tasks=frozenset({"encode", "score"}),
             inputs=("text", "image"),
@@ -175,10 +176,14 @@ class ColPaliAdapter(Adapter):
 
     # ---- prepare (event loop, or the prep thread for images) ------------
 
-    def _text(self, text: str, index: int, overflow: str) -> Row:
+    def _query_ids(self, text: str) -> list[int]:
+        """The processor's query sequence for ``text`` (prefix, text, augmentation tokens)."""
         with self._lock:
             encoded = self.processor(text=[text], return_tensors="np")
-        ids = [int(i) for i in encoded["input_ids"][0]]
+        return [int(i) for i in encoded["input_ids"][0]]
+
+    def _text(self, text: str, index: int, overflow: str) -> Row:
+        ids = self._query_ids(text)
         if len(ids) > self.max_length:
             if overflow == "error":
                 raise InputTooLong(
@@ -270,13 +275,18 @@ class ColPaliAdapter(Adapter):
         if rows[0].pixels is not None:
             inputs.update(self._pixel_inputs(rows))
         with torch.inference_mode():
-            embeddings = self.model(**inputs, use_cache=False).embeddings
+            embeddings = self._call_model(inputs)
             if self.normalize:
                 embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=-1)
             return [
                 (embeddings[i, width - len(row.ids) :] if self.left_padding else embeddings[i, : len(row.ids)]).float()
                 for i, row in enumerate(rows)
             ]
+
+    def _call_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The model's ``(batch, sequence, dims)`` vectors for one padded batch."""
+        embeddings: torch.Tensor = self.model(**inputs, use_cache=False).embeddings
+        return embeddings
 
     def _pixel_inputs(self, rows: Sequence[Row]) -> dict[str, torch.Tensor]:
         import torch

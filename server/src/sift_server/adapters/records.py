@@ -130,6 +130,13 @@ _RECORDS: dict[str, AdapterRecord] = {
             encode_outputs=("multivector",),
         ),
         AdapterRecord(
+            name="colpali-engine",
+            target="sift_server.adapters.colvision:ColVisionAdapter",
+            tasks=frozenset({"encode", "score"}),
+            inputs=("text", "image"),
+            encode_outputs=("multivector",),
+        ),
+        AdapterRecord(
             name="nli",
             target="sift_server.adapters.nli:NliAdapter",
             tasks=frozenset({"extract"}),
