@@ -130,6 +130,13 @@ _RECORDS: dict[str, AdapterRecord] = {
             encode_outputs=("multivector",),
         ),
         AdapterRecord(
+            name="qwen3-vl-embedder",
+            target="sift_server.adapters.qwen3_vl_embedder:Qwen3VLEmbedderAdapter",
+            tasks=frozenset({"encode"}),
+            inputs=("text", "image"),
+            encode_outputs=("dense",),
+        ),
+        AdapterRecord(
             name="nli",
             target="sift_server.adapters.nli:NliAdapter",
             tasks=frozenset({"extract"}),
