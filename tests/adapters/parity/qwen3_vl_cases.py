@@ -21,3 +21,26 @@ EMBED_CASES: list[dict[str, Any]] = [
     {"name": "instruction", "items": [{"text": "revenue 2023"}], "instruction": "Find the page that answers"},
     {"name": "instruction-punct", "items": [{"text": "revenue 2023"}], "instruction": "  Find the page?  "},
 ]
+
+LONG_TEXT = "The annual report lists revenue, costs and the outlook for each region. " * 6
+# The reranker: a text query against candidates; ``max_seq_length`` trims the long
+# candidate's text (what the reference does past its limit).
+SCORE_CASES: list[dict[str, Any]] = [
+    {
+        "name": "texts",
+        "query": "what is the revenue in 2023?",
+        "items": [{"text": "Revenue in 2023 was 4 million."}, {"text": "A recipe for soup."}, {"text": "x"}],
+    },
+    {
+        "name": "pages",
+        "query": "a red chart",
+        "items": [{"images": [0]}, {"images": [1]}, {"text": "the chart, in red", "images": [3]}],
+    },
+    {"name": "instruction", "query": "soup", "items": [{"text": "A recipe for soup."}], "instruction": "Find recipes"},
+    {
+        "name": "trimmed",
+        "query": "outlook",
+        "items": [{"text": LONG_TEXT}, {"text": "short", "images": [2]}, {"text": LONG_TEXT, "images": [2]}],
+        "max_seq_length": 480,
+    },
+]

@@ -134,6 +134,12 @@ class Encoder:
             text: str = self.processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
         return text
 
+    def offsets(self, expanded_prompt: str) -> list[tuple[int, int]]:
+        """Each token's character span in a prompt whose image tokens are already expanded."""
+        with self._lock:
+            encoded = self.processor.tokenizer(expanded_prompt, return_offsets_mapping=True)
+        return [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
+
     def row(self, prompt: str, images: Sequence[Any]) -> Row:
         kwargs: dict[str, Any] = {"text": [prompt], "return_tensors": "np"}
         if images:

@@ -137,6 +137,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             encode_outputs=("dense",),
         ),
         AdapterRecord(
+            name="qwen3-vl-reranker",
+            target="sift_server.adapters.qwen3_vl_reranker:Qwen3VLRerankerAdapter",
+            tasks=frozenset({"score"}),
+            inputs=("text", "image"),
+        ),
+        AdapterRecord(
             name="nli",
             target="sift_server.adapters.nli:NliAdapter",
             tasks=frozenset({"extract"}),
