@@ -173,9 +173,7 @@ class Qwen3VLRerankerAdapter(Adapter):
         drop = set(inside[limit - protected :])
         return Row([token for i, token in enumerate(row.ids) if i not in drop], row.pixels, row.grids)
 
-    def _document_tokens(
-        self, row: Row, instruction: str, query: str, document: str, image: Image | None
-    ) -> list[int]:
+    def _document_tokens(self, row: Row, instruction: str, query: str, document: str, image: Image | None) -> list[int]:
         """Where the candidate's text is in the row: the tokens whose characters lie
         wholly inside it (found through a sentinel in its place, as the reference does)."""
         sentinel = "SIFT_DOCUMENT_TEXT"
