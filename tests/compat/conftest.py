@@ -45,6 +45,12 @@ from tests.fixtures.tiny_models import (
     build_tiny_nli,
     build_tiny_sparse_encoder,
 )
+from tests.fixtures.tiny_qwen3_vl import (
+    TINY_QWEN3_VL_EMBEDDER,
+    TINY_QWEN3_VL_RERANKER,
+    build_tiny_qwen3_vl_embedder,
+    build_tiny_qwen3_vl_reranker,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))
@@ -65,6 +71,8 @@ CLUSTER_MODELS = (
     M3_MODEL,
     TINY_COLPALI,
     TINY_COLQWEN2,
+    TINY_QWEN3_VL_EMBEDDER,
+    TINY_QWEN3_VL_RERANKER,
 )
 EXTRACTORS = (NLI_MODEL, GLINER2_MODEL, GLINER_BI_MODEL, TINY_OWLV2, TINY_GROUNDING_DINO, TINY_FLORENCE2, TINY_DONUT)
 # The sparse embedders of the integrations (test_integrations) use it.
@@ -121,6 +129,12 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for model, build in ((TINY_COLPALI, build_tiny_colpali), (TINY_COLQWEN2, build_tiny_colqwen2)):
         slug = model.replace("/", "-")
         entries[slug] = _entry(model, "colpali", build(root / slug), "encode, score")
+    entries["qwen3-vl-embedder"] = _entry(
+        TINY_QWEN3_VL_EMBEDDER, "qwen3-vl-embedder", build_tiny_qwen3_vl_embedder(root / "q3vle"), "encode"
+    )
+    entries["qwen3-vl-reranker"] = _entry(
+        TINY_QWEN3_VL_RERANKER, "qwen3-vl-reranker", build_tiny_qwen3_vl_reranker(root / "q3vlr"), "score"
+    )
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog
