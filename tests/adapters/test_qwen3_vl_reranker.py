@@ -158,7 +158,16 @@ async def test_http_score_equals_transformers(folder: Path, tmp_path: Path) -> N
             json={"query": {"text": "q"}, "items": [{"text": LONG_TEXT * 2}], "options": {"max_seq_length": 300}},
             headers=json_headers,
         )
+        texts = SCORE_CASES[0]
+        cohere = await client.post(
+            "/v1/rerank",
+            json={"model": MODEL, "query": texts["query"], "documents": [item["text"] for item in texts["items"]]},
+        )
     assert info["inputs"] == ["text", "image"]
+    # The Cohere-shaped route answers the same scores, best first.
+    assert cohere.status_code == 200, cohere.text
+    by_index = {result["index"]: result["relevance_score"] for result in cohere.json()["results"]}
+    np.testing.assert_allclose([by_index[i] for i in range(3)], recorded()["score"]["texts"], atol=TOL, rtol=0)
     for name, answer in answers.items():
         by_item = sorted(answer["scores"], key=lambda entry: int(entry["item_id"]))
         np.testing.assert_allclose([entry["score"] for entry in by_item], recorded()["score"][name], atol=TOL, rtol=0)
