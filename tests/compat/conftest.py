@@ -52,6 +52,12 @@ from tests.fixtures.tiny_models import (
 )
 from tests.fixtures.tiny_paddleocr_vl import TINY_PADDLEOCR_VL, build_tiny_paddleocr_vl
 from tests.fixtures.tiny_paddleocr_vl import catalog_options as paddleocr_vl_options
+from tests.fixtures.tiny_qwen3_vl import (
+    TINY_QWEN3_VL_EMBEDDER,
+    TINY_QWEN3_VL_RERANKER,
+    build_tiny_qwen3_vl_embedder,
+    build_tiny_qwen3_vl_reranker,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))
@@ -73,6 +79,8 @@ CLUSTER_MODELS = (
     TINY_COLPALI,
     TINY_COLQWEN2,
     TINY_COLQWEN2_5,
+    TINY_QWEN3_VL_EMBEDDER,
+    TINY_QWEN3_VL_RERANKER,
 )
 EXTRACTORS = (
     NLI_MODEL,
@@ -150,6 +158,12 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     colqwen2_5 = build_tiny_colqwen2_5(root / "colqwen2_5")
     entries["colqwen2_5"] = _entry(TINY_COLQWEN2_5, "colpali-engine", colqwen2_5, "encode, score") + _options(
         {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+    )
+    entries["qwen3-vl-embedder"] = _entry(
+        TINY_QWEN3_VL_EMBEDDER, "qwen3-vl-embedder", build_tiny_qwen3_vl_embedder(root / "q3vle"), "encode"
+    )
+    entries["qwen3-vl-reranker"] = _entry(
+        TINY_QWEN3_VL_RERANKER, "qwen3-vl-reranker", build_tiny_qwen3_vl_reranker(root / "q3vlr"), "score"
     )
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)

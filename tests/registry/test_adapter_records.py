@@ -120,6 +120,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "bge-m3": ("dense", "sparse", "multivector"),
         "colpali": ("multivector",),
         "colpali-engine": ("multivector",),
+        "qwen3-vl-embedder": ("dense",),
     }
     assert [n for n, r in RECORDS.items() if r.remote] == ["openai-remote"]  # no forward: its backend is moot
     assert {n for n, r in RECORDS.items() if r.backends == {"torch"} and not r.remote} == {
@@ -140,6 +141,8 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "colpali",
         "gliner2-v2",
         "colpali-engine",
+        "qwen3-vl-embedder",
+        "qwen3-vl-reranker",
     }
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
     assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)
@@ -157,6 +160,8 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("whisper", ["transcribe"], ["audio"], ["text"]),
         ("owlv2", ["extract"], ["image"], ["json"]),
         ("colpali", ["encode", "score"], ["text", "image"], ["multivector", "score"]),
+        ("qwen3-vl-embedder", ["encode"], ["text", "image"], ["dense"]),
+        ("qwen3-vl-reranker", ["score"], ["text", "image"], ["score"]),
     ],
 )
 def test_a_cold_model_is_described_from_its_record(

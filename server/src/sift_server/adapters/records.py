@@ -137,6 +137,19 @@ _RECORDS: dict[str, AdapterRecord] = {
             encode_outputs=("multivector",),
         ),
         AdapterRecord(
+            name="qwen3-vl-embedder",
+            target="sift_server.adapters.qwen3_vl_embedder:Qwen3VLEmbedderAdapter",
+            tasks=frozenset({"encode"}),
+            inputs=("text", "image"),
+            encode_outputs=("dense",),
+        ),
+        AdapterRecord(
+            name="qwen3-vl-reranker",
+            target="sift_server.adapters.qwen3_vl_reranker:Qwen3VLRerankerAdapter",
+            tasks=frozenset({"score"}),
+            inputs=("text", "image"),
+        ),
+        AdapterRecord(
             name="nli",
             target="sift_server.adapters.nli:NliAdapter",
             tasks=frozenset({"extract"}),
