@@ -15,17 +15,17 @@ torch thread each; each figure is the best of ``--rounds`` interleaved rounds ov
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench_timing import corpus, items_per_second, largest_differences, report  # noqa: E402
 
 WORDS = [
     "the",
@@ -46,10 +46,6 @@ WORDS = [
     "every",
     "query",
 ]
-
-
-def corpus(count: int) -> list[str]:
-    return [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(6 + (i * 5) % 14)) for i in range(count)]
 
 
 def build(folder: Path) -> Path:
@@ -87,8 +83,7 @@ def main() -> None:
     from tests.fixtures.tiny_decoder import QUERY_INSTRUCTION, QUERY_PROMPT, QUERY_TEMPLATE
 
     torch.set_num_threads(1)
-    texts = corpus(args.items)
-    results: dict[str, dict[str, float]] = {}
+    texts = corpus(WORDS, args.items)
     with tempfile.TemporaryDirectory() as tmp:
         folder = build(Path(tmp) / "qwen3-minilm-size")
         options = {"device": "cpu", "query_template": QUERY_TEMPLATE, "default_instruction": QUERY_INSTRUCTION}
@@ -123,28 +118,13 @@ def main() -> None:
             f"sift {backend}": sift_on(adapter) for backend, adapter in adapters.items()
         }
         arms["sentence-transformers"] = library
-        worst = {name: float(np.abs(call(texts[:8]) - library(texts[:8])).max()) for name, call in arms.items()}
-        for size in (1, 8, 32):
-            batches = [texts[i : i + size] for i in range(0, len(texts), size)]
-            best = dict.fromkeys(arms, float("inf"))
-            for call in arms.values():
-                call(batches[0])  # warm
-            # Interleaved rounds: every arm once per round, so a busy machine slows them alike.
-            for _ in range(args.rounds):
-                for name, call in arms.items():
-                    start = time.perf_counter()
-                    for batch in batches:
-                        call(batch)
-                    best[name] = min(best[name], time.perf_counter() - start)
-            results[f"batch {size}"] = {name: round(len(texts) / seconds, 1) for name, seconds in best.items()}
-    report = {
-        "items_per_s": results,
-        "max_abs_diff_to_library_batch8": worst,
-        "affinity": sorted(os.sched_getaffinity(0)),
-    }
-    print(json.dumps(report, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        worst = largest_differences(arms, library, texts[:8])
+        results = items_per_second(arms, texts, rounds=args.rounds)
+    report(
+        results,
+        args.json,
+        max_abs_diff_to_library_batch8=worst,
+    )
 
 
 if __name__ == "__main__":

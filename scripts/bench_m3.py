@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,14 +33,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench_timing import corpus, items_per_second, largest_differences, report  # noqa: E402
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 WORDS = ["the", "capital", "of", "China", "is", "Beijing", "what", "gravity", "force", "bodies", "sparse", "search"]
 WORDS += ["team", "wants", "its", "model", "served", "with", "answers"]
-
-
-def corpus(count: int) -> list[str]:
-    return [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(6 + (i * 5) % 14)) for i in range(count)]
 
 
 def build(folder: Path) -> Path:
@@ -80,8 +77,7 @@ def main() -> None:
     from sift_server.adapters.bge_m3 import BgeM3Adapter
 
     torch.set_num_threads(1)
-    texts = corpus(args.items)
-    results: dict[str, dict[str, float]] = {}
+    texts = corpus(WORDS, args.items)
     with tempfile.TemporaryDirectory() as tmp:
         folder = build(Path(tmp) / "m3-minilm-size")
         adapters = {
@@ -125,30 +121,15 @@ def main() -> None:
             f"sift {backend}": sift_on(adapter) for backend, adapter in adapters.items()
         }
         arms["FlagEmbedding"] = library
-        worst = {name: float(np.abs(call(texts[:8]) - library(texts[:8])).max()) for name, call in arms.items()}
+        worst = largest_differences(arms, library, texts[:8])
         tokens = [len(row) for row in next(iter(adapters.values())).prepare(EncodeTask(texts=texts)).payload.rows]
-        for size in (1, 8, 32):
-            batches = [texts[i : i + size] for i in range(0, len(texts), size)]
-            best = dict.fromkeys(arms, float("inf"))
-            for call in arms.values():
-                call(batches[0])  # warm
-            # Interleaved rounds: every arm once per round, so a busy machine slows them alike.
-            for _ in range(args.rounds):
-                for name, call in arms.items():
-                    start = time.perf_counter()
-                    for batch in batches:
-                        call(batch)
-                    best[name] = min(best[name], time.perf_counter() - start)
-            results[f"batch {size}"] = {name: round(len(texts) / seconds, 1) for name, seconds in best.items()}
-    report = {
-        "items_per_s": results,
-        "max_abs_dense_diff_to_library_batch8": worst,
-        "tokens_per_text": {"min": min(tokens), "max": max(tokens), "mean": round(sum(tokens) / len(tokens), 1)},
-        "affinity": sorted(os.sched_getaffinity(0)),
-    }
-    print(json.dumps(report, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        results = items_per_second(arms, texts, rounds=args.rounds)
+    report(
+        results,
+        args.json,
+        max_abs_dense_diff_to_library_batch8=worst,
+        tokens_per_text={"min": min(tokens), "max": max(tokens), "mean": round(sum(tokens) / len(tokens), 1)},
+    )
 
 
 if __name__ == "__main__":

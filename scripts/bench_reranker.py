@@ -18,11 +18,9 @@ batch). One torch thread each; each figure is the best of ``--rounds`` interleav
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench_decoder import corpus  # noqa: E402
+from bench_decoder import WORDS  # noqa: E402
+from bench_timing import corpus, items_per_second, largest_differences, report  # noqa: E402
 
 QUERY = "what does the search team want from its model server?"
 
@@ -70,8 +69,7 @@ def main() -> None:
     from tests.fixtures.tiny_decoder import QUERY_INSTRUCTION
 
     torch.set_num_threads(1)
-    texts = corpus(args.items)
-    results: dict[str, dict[str, float]] = {}
+    texts = corpus(WORDS, args.items)
     with tempfile.TemporaryDirectory() as tmp:
         folder = build(Path(tmp) / "qwen3-reranker-minilm-size")
         adapter = LlmRerankerAdapter.load(
@@ -114,32 +112,15 @@ def main() -> None:
             return out
 
         arms: dict[str, Callable[[list[str]], np.ndarray]] = {"sift torch": sift, "transformers": library}
-        worst = {name: float(np.abs(call(texts[:8]) - library(texts[:8])).max()) for name, call in arms.items()}
-        for size in (1, 8, 32):
-            batches = [texts[i : i + size] for i in range(0, len(texts), size)]
-            best = dict.fromkeys(arms, float("inf"))
-            for call in arms.values():
-                call(batches[0])  # warm
-            # Interleaved rounds: every arm once per round, so a busy machine slows them alike.
-            for _ in range(args.rounds):
-                for name, call in arms.items():
-                    start = time.perf_counter()
-                    for batch in batches:
-                        call(batch)
-                    best[name] = min(best[name], time.perf_counter() - start)
-            results[f"batch {size}"] = {name: round(len(texts) / seconds, 1) for name, seconds in best.items()}
-    report = {
-        "items_per_s": results,
-        "max_abs_score_diff_to_library_batch8": worst,
-        "tokens_per_pair": {
-            "min": min(len(r) for r in adapter.prepare(ScoreTask(query=QUERY, texts=texts)).payload),
-            "max": max(len(r) for r in adapter.prepare(ScoreTask(query=QUERY, texts=texts)).payload),
-        },
-        "affinity": sorted(os.sched_getaffinity(0)),
-    }
-    print(json.dumps(report, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        worst = largest_differences(arms, library, texts[:8])
+        results = items_per_second(arms, texts, rounds=args.rounds)
+        tokens = [len(row) for row in adapter.prepare(ScoreTask(query=QUERY, texts=texts)).payload]
+    report(
+        results,
+        args.json,
+        max_abs_score_diff_to_library_batch8=worst,
+        tokens_per_pair={"min": min(tokens), "max": max(tokens)},
+    )
 
 
 if __name__ == "__main__":

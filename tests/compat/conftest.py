@@ -17,14 +17,28 @@ import pytest
 
 from sift_server.cluster.local import LocalCluster
 from tests.adapters.parity.cases import GLINER2_MODEL, GLINER_BI_MODEL, NLI_MODEL
-from tests.adapters.parity.decoder_cases import EMBEDDER, RERANKER, embedder_entry, reranker_entry
+from tests.adapters.parity.decoder_cases import (
+    EMBEDDER,
+    MISTRAL_EMBEDDER,
+    MXBAI_RERANKER,
+    RERANKER,
+    embedder_entry,
+    mistral_embedder_entry,
+    mxbai_reranker_entry,
+    reranker_entry,
+)
 from tests.adapters.parity.m3_cases import MODEL as M3_MODEL
 from tests.adapters.parity.m3_cases import entry as m3_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
 from tests.fixtures.tiny_colpali import TINY_COLPALI, TINY_COLQWEN2, build_tiny_colpali, build_tiny_colqwen2
 from tests.fixtures.tiny_colvision import MAX_PIXELS, MIN_PIXELS, TINY_COLQWEN2_5, build_tiny_colqwen2_5
-from tests.fixtures.tiny_decoder import build_tiny_qwen3_embedder, build_tiny_qwen3_reranker
+from tests.fixtures.tiny_decoder import (
+    build_tiny_mistral_embedder,
+    build_tiny_mxbai_reranker,
+    build_tiny_qwen3_embedder,
+    build_tiny_qwen3_reranker,
+)
 from tests.fixtures.tiny_detection import (
     TINY_GROUNDING_DINO,
     TINY_OWLV2,
@@ -75,6 +89,8 @@ CLUSTER_MODELS = (
     TINY_SIGLIP,
     EMBEDDER,
     RERANKER,
+    MISTRAL_EMBEDDER,
+    MXBAI_RERANKER,
     M3_MODEL,
     TINY_COLPALI,
     TINY_COLQWEN2,
@@ -151,6 +167,12 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ) + _options(paddleocr_vl_options())
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
+    entries["mistral-embedder"] = f"name: {MISTRAL_EMBEDDER}\n" + mistral_embedder_entry(
+        str(build_tiny_mistral_embedder(root / "mistral"))
+    )
+    entries["mxbai-reranker"] = f"name: {MXBAI_RERANKER}\n" + mxbai_reranker_entry(
+        str(build_tiny_mxbai_reranker(root / "mxbai"))
+    )
     entries["bge-m3"] = f"name: {M3_MODEL}\n" + m3_entry(str(build_tiny_m3(root / "m3")))
     for model, build in ((TINY_COLPALI, build_tiny_colpali), (TINY_COLQWEN2, build_tiny_colqwen2)):
         slug = model.replace("/", "-")

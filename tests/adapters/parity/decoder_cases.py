@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.fixtures.tiny_decoder import MATRYOSHKA_MIN_DIM, QUERY_INSTRUCTION, QUERY_TEMPLATE
+from tests.fixtures.tiny_decoder import MATRYOSHKA_MIN_DIM, MISTRAL_QUERY_TEMPLATE, QUERY_INSTRUCTION, QUERY_TEMPLATE
 
 EMBEDDER = "tiny/qwen3-embedder"
 RERANKER = "tiny/qwen3-reranker"
@@ -101,5 +101,65 @@ RERANK_DOCS = [
 ]
 SCORE_CASES: list[dict[str, Any]] = [
     {"name": "default-instruction", "query": RERANK_QUERY, "texts": RERANK_DOCS},
+    {"name": "instruction", "query": RERANK_QUERY, "texts": RERANK_DOCS[:3], "instruction": "Judge geography"},
+]
+
+
+# ---- the reference catalog's other decoder families (tests/fixtures/tiny_decoder.py) ----
+# Recorded by scripts/record_decoder_families_parity.py into FAMILIES_FIXTURE.
+FAMILIES_FIXTURE = "decoder_families_reference.json"
+MISTRAL_EMBEDDER = "tiny/mistral-embedder"
+MXBAI_RERANKER = "tiny/mxbai-reranker"
+# Shorter than QUERY_INSTRUCTION, so that a query's own words fit in MAX_SEQ tokens after it.
+MISTRAL_INSTRUCTION = "Retrieve passages"
+
+
+def mistral_embedder_entry(folder: str) -> str:
+    """The tiny Mistral embedder's entry, after its name line (as the shipped Linq / SFR / e5-mistral entries)."""
+    return (
+        f"adapter: decoder-embedder\nsource:\n  path: {folder}\ntasks: [encode]\nbackend: torch\n"
+        f"max_sequence_length: {MAX_SEQ}\noptions:\n"
+        f"  query_template: {json.dumps(MISTRAL_QUERY_TEMPLATE)}\n"
+        f"  default_instruction: {MISTRAL_INSTRUCTION}\n"
+        "  append_eos: true\n"
+        "  normalize: true\n"
+    )
+
+
+def mxbai_reranker_entry(folder: str) -> str:
+    return (
+        f"adapter: llm-reranker\nsource:\n  path: {folder}\ntasks: [score]\nbackend: torch\nmax_sequence_length: 512\n"
+        "options:\n  input_format: mxbai\n"
+    )
+
+
+# Each case: the request, and the texts the reference (its template, then "</s>") hands the library.
+MISTRAL_EMBED_CASES: list[dict[str, Any]] = [
+    {"name": "documents", "texts": TEXTS, "is_query": False, "library_texts": [t + "</s>" for t in TEXTS]},
+    {
+        "name": "queries-default-instruction",
+        "texts": QUERIES,
+        "is_query": True,
+        "library_texts": [f"Instruct: {MISTRAL_INSTRUCTION}\nQuery: {q}</s>" for q in QUERIES],
+    },
+    {
+        "name": "queries-instruction",
+        "texts": QUERIES,
+        "is_query": True,
+        "instruction": "Find the city",
+        "library_texts": [f"Instruct: Find the city\nQuery: {q}</s>" for q in QUERIES],
+    },
+    {
+        "name": "documents-not-normalized",
+        "texts": TEXTS[:2],
+        "is_query": False,
+        "options": {"normalize": False},
+        "library_texts": [t + "</s>" for t in TEXTS[:2]],
+    },
+]
+# The reference server ignores an instruction under the mxbai format: the "instruction" case's
+# answer is the library's without one.
+MXBAI_SCORE_CASES: list[dict[str, Any]] = [
+    {"name": "default", "query": RERANK_QUERY, "texts": RERANK_DOCS},
     {"name": "instruction", "query": RERANK_QUERY, "texts": RERANK_DOCS[:3], "instruction": "Judge geography"},
 ]

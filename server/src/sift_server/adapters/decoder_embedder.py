@@ -14,6 +14,10 @@ the entry's ``query_template`` (for Qwen3-Embedding ``Instruct: {instruction}\\n
 with the request's instruction, else the entry's ``default_instruction``.
 Without a template in the entry, the folder's own query and document prompts are
 the prefixes, as sentence-transformers' ``encode_query``/``encode_document`` use them.
+With ``append_eos`` (the Mistral-family entries: Linq-Embed-Mistral, SFR-Embedding,
+e5-mistral), the tokenizer's end-of-sequence token is appended to every formatted text
+that is not blank, as the reference server does for them, so the last token pooled is
+the one those models were trained to summarize into.
 
 The network (transformers' ``AutoModel``, cut to the last position's state) runs on
 the entry's backend (``backends``: PyTorch, ONNX Runtime or OpenVINO); ``auto`` keeps
@@ -32,7 +36,7 @@ import numpy as np
 
 from sift_server.adapters._instructions import Templates, check_template, model_inputs
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
-from sift_server.adapters._st_layout import FolderLayout, check_common, read_layout
+from sift_server.adapters._st_layout import FolderLayout, check_common, read_json, read_layout
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer
 from sift_server.adapters.backends.choice import open_runner
 from sift_server.adapters.backends.seam import Graph, Runner
@@ -126,6 +130,7 @@ class DecoderEmbedderAdapter(Adapter):
         normalize: bool,
         matryoshka_min_dim: int | None,
         runtime: Mapping[str, Any],
+        eos_suffix: str = "",
     ) -> None:
         self.tokenizer = tokenizer
         self.runner = runner
@@ -135,6 +140,7 @@ class DecoderEmbedderAdapter(Adapter):
         self.templates = templates
         self.normalize = normalize
         self.matryoshka_min_dim = matryoshka_min_dim
+        self.eos_suffix = eos_suffix
         self.info = AdapterInfo(
             tasks=frozenset({"encode"}),
             outputs=("dense",),
@@ -158,6 +164,10 @@ class DecoderEmbedderAdapter(Adapter):
             normalize = "Normalize" in layout.modules
         max_length = int(ctx.max_sequence_length or layout.max_seq_length or 512)
         tokenizer = load_tokenizer(folder)
+        append_eos = options.get("append_eos", False)
+        if not isinstance(append_eos, bool):
+            raise ValueError("append_eos must be true or false")
+        eos_suffix = _eos_token(folder, layout) if append_eos else ""
         probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
 
         def evaluate(runner: Runner) -> np.ndarray:
@@ -185,6 +195,7 @@ class DecoderEmbedderAdapter(Adapter):
             normalize=bool(normalize),
             matryoshka_min_dim=min_dim,
             runtime=runtime,
+            eos_suffix=eos_suffix,
         )
 
     # ---- prepare (event loop) -------------------------------------------
@@ -209,6 +220,8 @@ class DecoderEmbedderAdapter(Adapter):
         dimensions = self._dimensions(options)
         templates = self.templates.overridden(options)
         texts = model_inputs(task.texts, is_query=task.is_query, instruction=task.instruction, templates=templates)
+        if self.eos_suffix:
+            texts = [text + self.eos_suffix if text.strip() else text for text in texts]
         if task.overflow == "error":
             ids = self.tokenizer.ids(texts, None)
             for index, row in enumerate(ids):
@@ -267,6 +280,18 @@ def _entry_templates(options: Mapping[str, Any], layout: FolderLayout) -> Templa
         check_template(value, where)
     default = options.get("default_instruction")
     return Templates(query=query, document=document, default_instruction=None if default is None else str(default))
+
+
+def _eos_token(folder: Path, layout: FolderLayout) -> str:
+    """The tokenizer's end-of-sequence token, as text (``tokenizer_config.json``, else
+    ``special_tokens_map.json``)."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        value = read_json(folder / name).get("eos_token")
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str) and value:
+            return value
+    raise layout.fail(ADAPTER, "append_eos is set but the tokenizer names no eos_token")
 
 
 def _matryoshka_min_dim(value: Any, hidden: int) -> int | None:

@@ -1,7 +1,8 @@
-"""Rerankers built on causal language models (Qwen3-Reranker): the relevance of a
-(query, document) pair is the probability the model answers "yes" rather than "no"
-to its own judging prompt, ``sigmoid(logit(yes) - logit(no))`` at the last
-position (equal to the model card's log-softmax over [no, yes], then exp).
+"""Rerankers built on causal language models (Qwen3-Reranker, mxbai-rerank-v2): the
+relevance of a (query, document) pair is read from the model's logits for its two answer
+tokens at the last position of its own judging prompt: ``sigmoid(logit(yes) - logit(no))``
+(the Qwen3 model card's log-softmax over [no, yes], then exp; ``score_mode: log_softmax``),
+or the raw difference ``logit(yes) - logit(no)`` (``score_mode: logit_diff``, mxbai's).
 
 The prompt is the Qwen3-Reranker model card's ("Usage" on
 huggingface.co/Qwen/Qwen3-Reranker-0.6B, and the reference server's ``qwen3``
@@ -9,6 +10,12 @@ input format): a system turn asking for "yes" or "no", a user turn
 ``<Instruct>: {instruction}\\n<Query>: {query}\\n<Document>: {document}``, and an
 assistant turn opened with an empty think block. The instruction is the
 request's, else the entry's ``default_instruction``, else the model card's.
+
+The mxbai prompt (``input_format: mxbai``, answer tokens ``1`` and ``0``; the
+mxbai-rerank library's ``MxbaiRerankV2`` and the reference server's default format): a
+system turn, a user turn ``query: {query}\ndocument: {document}\n`` and the task
+prompt, an assistant turn. It takes no instruction (the reference server ignores one).
+
 The pieces are tokenized apart, as the reference server does, so a long document
 is cut to fit and the instruction and query are kept whole.
 
@@ -21,6 +28,7 @@ left, so the last position is every row's last token. PyTorch only
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +59,33 @@ PREFIX = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
 SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 USER = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: "
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+# The mxbai-rerank-v2 template (the mxbai-rerank library's MxbaiRerankV2).
+MXBAI_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+MXBAI_PREFIX = f"<|im_start|>system\n{MXBAI_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+MXBAI_TASK = (
+    "You are a search relevance expert who evaluates how well documents match search queries. "
+    "For each query-document pair, carefully analyze the semantic relationship between them, then provide "
+    "your binary relevance judgment (0 for not relevant, 1 for relevant).\nRelevance:"
+)
+MXBAI_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """A prompt family: its answer tokens and how their logits become a score."""
+
+    name: str
+    yes: str
+    no: str
+    score_mode: str
+
+
+FORMATS = {
+    "qwen3": Format("qwen3", "yes", "no", "log_softmax"),
+    "mxbai": Format("mxbai", "1", "0", "logit_diff"),
+}
+SCORE_MODES = ("log_softmax", "logit_diff")
 
 
 class _AnswerLogits(Graph):
@@ -99,22 +134,37 @@ def _one_token(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
 class Prompt:
     """The model's prompt around each pair, as token ids (pure: a tokenizer in, rows out)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int, default_instruction: str) -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, max_length: int, default_instruction: str, input_format: str = "qwen3"
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.default_instruction = default_instruction
-        self.prefix_ids = self.ids(PREFIX)
-        self.suffix_ids = self.ids(SUFFIX)
+        self.input_format = input_format
+        if input_format == "mxbai":
+            self.prefix_ids = self.ids(MXBAI_PREFIX)
+            self.suffix_ids = self.ids("\n") + self.ids(MXBAI_TASK) + self.ids(MXBAI_SUFFIX)
+        else:
+            self.prefix_ids = self.ids(PREFIX)
+            self.suffix_ids = self.ids(SUFFIX)
 
     def ids(self, text: str) -> list[int]:
         ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)
         return ids
 
+    def _head(self, task: ScoreTask) -> list[int]:
+        if self.input_format == "mxbai":
+            return self.prefix_ids + self.ids(f"query: {task.query}") + self.ids("\n")
+        instruction = task.instruction or self.default_instruction
+        return self.prefix_ids + self.ids(USER.format(instruction=instruction, query=task.query))
+
+    def _document(self, text: str) -> list[int]:
+        return self.ids(f"document: {text}") if self.input_format == "mxbai" else self.ids(text)
+
     def rows(self, task: ScoreTask) -> list[list[int]]:
         """One row per text: prefix, instruction and query, the text (cut to fit unless
         ``overflow`` is ``error``), suffix."""
-        instruction = task.instruction or self.default_instruction
-        head = self.prefix_ids + self.ids(USER.format(instruction=instruction, query=task.query))
+        head = self._head(task)
         room = self.max_length - len(head) - len(self.suffix_ids)
         if room < 0:
             raise InputTooLong(
@@ -123,7 +173,7 @@ class Prompt:
             )
         rows: list[list[int]] = []
         for index, text in enumerate(task.texts):
-            document = self.ids(text)
+            document = self._document(text)
             if len(document) > room:
                 if task.overflow == "error":
                     raise InputTooLong(
@@ -137,11 +187,34 @@ class Prompt:
         return rows
 
 
+def _format(options: Mapping[str, Any]) -> Format:
+    """The entry's ``input_format`` with its answer tokens and score mode, each overridable."""
+    name = str(options.get("input_format") or "qwen3")
+    if name not in FORMATS:
+        raise ValueError(f"input_format must be one of {sorted(FORMATS)}, not {name!r}")
+    preset = FORMATS[name]
+    score_mode = str(options.get("score_mode") or preset.score_mode)
+    if score_mode not in SCORE_MODES:
+        raise ValueError(f"score_mode must be one of {list(SCORE_MODES)}, not {score_mode!r}")
+    return Format(
+        name, str(options.get("yes_token") or preset.yes), str(options.get("no_token") or preset.no), score_mode
+    )
+
+
 class LlmRerankerAdapter(Adapter):
-    def __init__(self, prompt: Prompt, runner: Runner, *, pad_id: int, runtime: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        prompt: Prompt,
+        runner: Runner,
+        *,
+        pad_id: int,
+        runtime: Mapping[str, Any],
+        score_mode: str = "log_softmax",
+    ) -> None:
         self.prompt = prompt
         self.runner = runner
         self.pad_id = pad_id
+        self.score_mode = score_mode
         self.info = AdapterInfo(
             tasks=frozenset({"score"}),
             outputs=("score",),
@@ -159,9 +232,11 @@ class LlmRerankerAdapter(Adapter):
         if ctx.backend not in ("auto", "torch"):
             raise ValueError(f"{ADAPTER} runs on PyTorch only, not {ctx.backend!r}")
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
-        yes_id, no_id = _one_token(tokenizer, "yes"), _one_token(tokenizer, "no")
+        form = _format(ctx.options)
+        yes_id, no_id = _one_token(tokenizer, form.yes), _one_token(tokenizer, form.no)
         max_length = int(ctx.max_sequence_length or 8192)
-        prompt = Prompt(tokenizer, max_length, str(ctx.options.get("default_instruction") or DEFAULT_INSTRUCTION))
+        default_instruction = str(ctx.options.get("default_instruction") or DEFAULT_INSTRUCTION)
+        prompt = Prompt(tokenizer, max_length, default_instruction, form.name)
         pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         device = str(ctx.options.get("device") or "cpu")
         probe_rows = prompt.rows(ScoreTask(query=PROBE_QUERY, texts=PROBE_TEXTS))
@@ -181,7 +256,7 @@ class LlmRerankerAdapter(Adapter):
             device=device,
             probe_key=f"{max_length}",
         )
-        return cls(prompt, runner, pad_id=pad_id, runtime=runtime)
+        return cls(prompt, runner, pad_id=pad_id, runtime=runtime, score_mode=form.score_mode)
 
     # ---- prepare (event loop) -------------------------------------------
 
@@ -199,7 +274,7 @@ class LlmRerankerAdapter(Adapter):
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         rows = [row for part in parts for row in part.prepared.payload[part.start : part.stop]]
         logits = _relevance(self.runner, rows, self.pad_id).astype(np.float64)
-        scores = 1.0 / (1.0 + np.exp(-logits))
+        scores = logits if self.score_mode == "logit_diff" else 1.0 / (1.0 + np.exp(-logits))
         return split_by_parts([float(s) for s in scores], parts)
 
     def memory_bytes(self) -> int:
