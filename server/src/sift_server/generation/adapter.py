@@ -22,6 +22,10 @@ from sift_server.generation.params import Limits
 DEFAULT_MAX_NEW_TOKENS_CAP = 4096
 DEFAULT_KV_CACHE_GIB = 1.0
 DEFAULT_MAX_SEQUENCES = 32
+# The engine's child process runs this much below the server (catalog option engine_nice):
+# under the forward threads (engine.model_engine.SERVING_FORWARD_NICE, 10), so a step gives
+# way to an encode's forward on a shared core (docs/generation.md measures it).
+DEFAULT_ENGINE_NICE = 19
 
 
 class GenerationAdapter(Adapter):
@@ -43,7 +47,7 @@ class GenerationAdapter(Adapter):
     def load(cls, ctx: LoadContext) -> GenerationAdapter:
         from transformers import AutoTokenizer
 
-        from sift_server.generation.openvino_engine import OpenVinoEngine
+        from sift_server.generation.engine_process import EngineConfig, ProcessEngine
 
         folder = ctx.path
         if not (folder / "openvino_model.xml").exists():
@@ -59,11 +63,17 @@ class GenerationAdapter(Adapter):
             max_new_tokens_cap=int(options.get("max_new_tokens_cap", DEFAULT_MAX_NEW_TOKENS_CAP)),
         )
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        engine = OpenVinoEngine(
-            folder,
-            threads=ctx.torch_threads,
-            kv_cache_gib=float(options.get("kv_cache_gib", DEFAULT_KV_CACHE_GIB)),
-            max_sequences=int(options.get("max_sequences", DEFAULT_MAX_SEQUENCES)),
+        nice = options.get("engine_nice", DEFAULT_ENGINE_NICE)
+        if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+            raise ValueError(f"catalog option engine_nice must be a whole number from 0 to 19, not {nice!r}")
+        engine = ProcessEngine(
+            EngineConfig(
+                folder,
+                threads=ctx.torch_threads,
+                kv_cache_gib=float(options.get("kv_cache_gib", DEFAULT_KV_CACHE_GIB)),
+                max_sequences=int(options.get("max_sequences", DEFAULT_MAX_SEQUENCES)),
+                nice=nice,
+            )
         )
         runtime = {"engine": "openvino-genai", "pipeline": "ContinuousBatchingPipeline", "precision": "fp32"}
         return cls(tokenizer, engine, limits, runtime)
