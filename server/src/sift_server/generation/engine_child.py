@@ -56,10 +56,6 @@ def _handle(message: tuple[Any, ...], send: Connection, driver: PipelineDriver) 
 
 def main(argv: list[str]) -> int:
     receive, send, config = child_connections(argv)
-    # Below the server's forward threads (docs/generation.md: one step at a time gives way to
-    # an encode's forward on a shared core).
-    if config["nice"]:
-        os.nice(config["nice"])
     try:
         driver = PipelineDriver(
             Path(config["folder"]),
@@ -70,6 +66,10 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         send.send(("failed", f"{type(exc).__name__}: {exc}"))
         return 1
+    # Lowered once the model is compiled (a load at full priority): below the server's forward
+    # threads, a step gives way to an encode's forward on a shared core (docs/generation.md).
+    if config["nice"]:
+        os.nice(config["nice"])
     send.send(("ready", None))
     try:
         return serve(receive, send, driver)
