@@ -109,3 +109,13 @@ async def test_a_cancelled_request_leaves_the_others_exact(generator: Generator,
         assert await answer(engine, ids, 20) == greedy(reference, ids, 20)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("nice", [-1, 20, 2.5, "low", True])
+def test_engine_nice_out_of_range_is_refused_at_load(generator: Generator, nice: object) -> None:
+    from sift_server.adapters.base import LoadContext
+    from sift_server.generation.adapter import GenerationAdapter
+
+    ctx = LoadContext(generator.ov, {"engine_nice": nice}, None, 1)
+    with pytest.raises(ValueError, match="engine_nice"):
+        GenerationAdapter.load(ctx)
