@@ -22,11 +22,12 @@ from sift_server.generation.params import Limits
 DEFAULT_MAX_NEW_TOKENS_CAP = 4096
 DEFAULT_KV_CACHE_GIB = 1.0
 DEFAULT_MAX_SEQUENCES = 32
-# The engine's child process runs this much below the server (catalog option engine_nice): as
-# low as the forward threads (engine.model_engine.SERVING_FORWARD_NICE), so on a shared core a
-# forward gets at least half of it beside a step, and 19 would starve the generation behind any
-# other busy process on the machine (docs/generation.md measures 10 and 19).
-DEFAULT_ENGINE_NICE = 10
+# The engine's child process runs this much below the server (catalog option engine_nice):
+# below the forward threads (engine.model_engine.SERVING_FORWARD_NICE, 10), so a step gives way
+# to an encode's forward on a shared core. At 10 (an even share) an encode beside a generation
+# came out at the bar's edge, at 19 well within it; 19 slows the generation behind any other
+# busy process on the machine (docs/generation.md, "Encode latency during a long generation").
+DEFAULT_ENGINE_NICE = 19
 
 
 class GenerationAdapter(Adapter):
