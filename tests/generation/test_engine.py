@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,12 @@ async def test_a_dead_child_fails_its_requests_and_the_next_starts_a_new_one(
         ids = reference.ids_of("hello world")
         assert await answer(engine, ids, 12) == greedy(reference, ids, 12)
         assert engine.pid != first
+        # The dead child's writer thread ended with it (and closed its pipe): one left, the new one's.
+        for _ in range(100):
+            if sum(t.name == "generation-engine-writer" for t in threading.enumerate()) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert sum(t.name == "generation-engine-writer" for t in threading.enumerate()) == 1
     finally:
         engine.close()
 

@@ -142,12 +142,13 @@ class _Child:
     # ---- the writer and reader threads ----------------------------------------
 
     def _write(self) -> None:
-        while (message := self._outbox.get()) is not None:
-            try:
+        try:
+            while (message := self._outbox.get()) is not None:
                 self._send.send(message)
-            except OSError:  # the child is gone: the reader says so to whoever waits
-                return
-        self._send.close()
+        except OSError:  # the child is gone: the reader says so to whoever waits
+            pass
+        finally:
+            self._send.close()
 
     def _read(self) -> None:
         broken: str | None = None
@@ -163,6 +164,7 @@ class _Child:
                 self._fail(message[1], InferenceError(f"The engine refused the request: {message[2]}"))
             elif kind == "broken":
                 broken = message[1]
+        self._outbox.put(None)  # the writer ends too
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(STOP_TIMEOUT_S)
         if not self.ended:
