@@ -126,3 +126,17 @@ def test_engine_nice_out_of_range_is_refused_at_load(generator: Generator, nice:
     ctx = LoadContext(generator.ov, {"engine_nice": nice}, None, 1)
     with pytest.raises(ValueError, match="engine_nice"):
         GenerationAdapter.load(ctx)
+
+
+def test_a_missing_engine_package_is_a_missing_dependency_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from sift_server.adapters.base import LoadContext
+    from sift_server.generation.adapter import GenerationAdapter
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino_genai" else real(name))
+    with pytest.raises(ImportError, match=r"sift-server\[generation\]"):
+        GenerationAdapter.load(LoadContext(tmp_path, {}, None, 1))

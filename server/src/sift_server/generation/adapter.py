@@ -10,6 +10,7 @@ tokenizer files and ``config.json`` for Sift. The batching engine's ``prepare`` 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -52,6 +53,9 @@ class GenerationAdapter(Adapter):
         from sift_server.generation.engine_process import EngineConfig, ProcessEngine
 
         folder = ctx.path
+        if importlib.util.find_spec("openvino_genai") is None:
+            # The engine imports it in its own process: say so here, as a missing dependency.
+            raise ImportError("openvino-genai is not installed: pip install 'sift-server[generation]'")
         if not (folder / "openvino_model.xml").exists():
             raise ValueError(
                 f"{folder} holds no openvino_model.xml: export the model with "
