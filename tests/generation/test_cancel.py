@@ -1,6 +1,6 @@
 """A client that goes away cancels its generation: ``until_gone`` stops reading the
 answer and closes it, which is what makes the engine drop the request
-(openvino_engine.py puts the request's id on its inbox when its iterator closes)."""
+(engine_process.py sends the engine's child a cancellation when its iterator closes)."""
 
 from __future__ import annotations
 

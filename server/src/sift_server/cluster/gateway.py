@@ -29,7 +29,7 @@ from sift_server.cluster.hops import STAMPS, format_stamps, gateway_header
 from sift_server.core.serve import Call, Reply, decode, request_id_of
 from sift_server.core.state import ServerState
 from sift_server.errors import SiftError
-from sift_server.service.common import split_profile
+from sift_server.service.common import catalog_name, split_profile
 from sift_server.telemetry import propagation
 from sift_server.wire.negotiation import JSON_TYPE
 
@@ -80,16 +80,6 @@ def _path(call: Call) -> str:
     return endpoint.path + call.model if endpoint.model_in_path else endpoint.path
 
 
-def _catalog_name(state: ServerState, model: str) -> str:
-    """The catalog's name of a model a path names: generation ids travel as
-    ``Org__Name`` (as generation.service.generation_model reads them); the queue's
-    subject is the catalog name's, the one its workers pull."""
-    records = state.registry.records
-    if model not in records and "__" in model and model.replace("__", "/", 1) in records:
-        return model.replace("__", "/", 1)
-    return model
-
-
 def forward_to_workers(state: ServerState, gateway: Gateway) -> Handler:
     """The gateway's handler of the work routes (api/work.py): the body decoded as
     ``sift serve`` decodes it (a malformed body never reaches the queue) and the
@@ -100,7 +90,7 @@ def forward_to_workers(state: ServerState, gateway: Gateway) -> Handler:
         model, endpoint = call.model, call.endpoint.name
         try:
             model, _ = await decode(call)
-            name = _catalog_name(state, split_profile(model)[0])
+            name = catalog_name(state.registry.records, split_profile(model)[0])
             state.registry.record(name)
             work = WorkRequest(_path(call), _forwarded(call, request_id_of(call.headers)), call.body)
             stamps: list[tuple[str, float]] | None = [] if gateway.stamps else None

@@ -10,6 +10,7 @@ tokenizer files and ``config.json`` for Sift. The batching engine's ``prepare`` 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +23,12 @@ from sift_server.generation.params import Limits
 DEFAULT_MAX_NEW_TOKENS_CAP = 4096
 DEFAULT_KV_CACHE_GIB = 1.0
 DEFAULT_MAX_SEQUENCES = 32
+# The engine's child process runs this much below the server (catalog option engine_nice):
+# below the forward threads (engine.model_engine.SERVING_FORWARD_NICE, 10), so a step gives way
+# to an encode's forward on a shared core. At 10 (an even share) an encode beside a generation
+# came out at the bar's edge, at 19 well within it; 19 slows the generation behind any other
+# busy process on the machine (docs/generation.md, "Encode latency during a long generation").
+DEFAULT_ENGINE_NICE = 19
 
 
 class GenerationAdapter(Adapter):
@@ -43,9 +50,12 @@ class GenerationAdapter(Adapter):
     def load(cls, ctx: LoadContext) -> GenerationAdapter:
         from transformers import AutoTokenizer
 
-        from sift_server.generation.openvino_engine import OpenVinoEngine
+        from sift_server.generation.engine_process import EngineConfig, ProcessEngine
 
         folder = ctx.path
+        if importlib.util.find_spec("openvino_genai") is None:
+            # The engine imports it in its own process: say so here, as a missing dependency.
+            raise ImportError("openvino-genai is not installed: pip install 'sift-server[generation]'")
         if not (folder / "openvino_model.xml").exists():
             raise ValueError(
                 f"{folder} holds no openvino_model.xml: export the model with "
@@ -59,11 +69,17 @@ class GenerationAdapter(Adapter):
             max_new_tokens_cap=int(options.get("max_new_tokens_cap", DEFAULT_MAX_NEW_TOKENS_CAP)),
         )
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        engine = OpenVinoEngine(
-            folder,
-            threads=ctx.torch_threads,
-            kv_cache_gib=float(options.get("kv_cache_gib", DEFAULT_KV_CACHE_GIB)),
-            max_sequences=int(options.get("max_sequences", DEFAULT_MAX_SEQUENCES)),
+        nice = options.get("engine_nice", DEFAULT_ENGINE_NICE)
+        if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+            raise ValueError(f"catalog option engine_nice must be a whole number from 0 to 19, not {nice!r}")
+        engine = ProcessEngine(
+            EngineConfig(
+                folder,
+                threads=ctx.torch_threads,
+                kv_cache_gib=float(options.get("kv_cache_gib", DEFAULT_KV_CACHE_GIB)),
+                max_sequences=int(options.get("max_sequences", DEFAULT_MAX_SEQUENCES)),
+                nice=nice,
+            )
         )
         runtime = {"engine": "openvino-genai", "pipeline": "ContinuousBatchingPipeline", "precision": "fp32"}
         return cls(tokenizer, engine, limits, runtime)

@@ -3,7 +3,7 @@
 An engine takes a prompt's token ids and a :class:`Sampling`, and yields the
 answer's token ids as it makes them, batching concurrent requests itself
 (continuous batching, its own KV cache). On this CPU it is OpenVINO GenAI's
-``ContinuousBatchingPipeline`` in process (openvino_engine.py; the choice and its
+``ContinuousBatchingPipeline`` in a child process (engine_process.py; the choice and its
 figures: docs/generation.md). On a GPU the same seam is where vLLM's
 ``AsyncLLMEngine`` goes (token ids in, token ids out, ``abort`` on cancel); it is
 named here and in the docs, not built or tested (no GPU on the build machine)."""

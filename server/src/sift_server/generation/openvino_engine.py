@@ -1,50 +1,41 @@
-"""OpenVINO GenAI's ``ContinuousBatchingPipeline`` as a :class:`GenerationEngine`.
+"""OpenVINO GenAI's ``ContinuousBatchingPipeline``, driven one step at a time.
 
-The pipeline is driven from one thread of its own (its API is not for concurrent
-callers): requests are handed to it through a queue, it calls ``step()`` while any
-is unfinished (each step advances every running request: continuous batching over
-a paged KV cache), and each new token batch is passed back to the request's
-asyncio queue on the event loop. The event loop never waits on the engine, so a
-long generation does not hold up encode or score traffic."""
+Runs inside the engine's child process (engine_child.py), never in the server:
+``step()`` holds the GIL for the whole step (its Python binding does not release
+it), so in the server it would stall every other thread for a step at each hand-over
+(docs/generation.md, "Encode latency during a long generation"). Plain synchronous
+code: requests in, each step's new token ids out; the process around it does the I/O."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
-import logging
-import queue
-import threading
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sift_server.errors import InferenceError, ShuttingDown
-from sift_server.generation.engine import FinishReason, Step
+from sift_server.generation.engine import FinishReason
 from sift_server.generation.params import Sampling
-
-log = logging.getLogger(__name__)
 
 # Full precision: greedy answers then equal transformers' fp32 ``generate`` token for token.
 FP32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 # StructuredOutputConfig's field for each kind of grammar.
 _GRAMMAR_FIELDS = {"json_schema": "json_schema", "regex": "regex", "ebnf": "grammar"}
 
-
-@dataclass(slots=True)
-class _Request:
-    prompt_ids: Sequence[int]
-    sampling: Sampling
-    loop: asyncio.AbstractEventLoop
-    out: asyncio.Queue[Step | BaseException]
-    id: int
-    handle: Any = None
-    cancelled: bool = False
-    sent: int = field(default=0)
+# One request's news after a step: (request id, new token ids, finish reason or None).
+Made = tuple[int, tuple[int, ...], FinishReason | None]
 
 
-class OpenVinoEngine:
+class _Running:
+    __slots__ = ("handle", "max_new_tokens", "sent")
+
+    def __init__(self, handle: Any, max_new_tokens: int) -> None:
+        self.handle = handle
+        self.max_new_tokens = max_new_tokens
+        self.sent = 0
+
+
+class PipelineDriver:
+    """The pipeline and the requests it is running (its API is for one caller at a time)."""
+
     def __init__(self, folder: Path, *, threads: int, kv_cache_gib: float, max_sequences: int) -> None:
         import openvino_genai as og
 
@@ -58,46 +49,40 @@ class OpenVinoEngine:
             properties["INFERENCE_NUM_THREADS"] = threads
         self._pipe = og.ContinuousBatchingPipeline(str(folder), scheduler, "CPU", properties)
         self._defaults = self._pipe.get_config()
-        self._kv_bytes = scheduler.cache_size * 2**30
-        self._weights_bytes = sum(p.stat().st_size for p in folder.glob("openvino_model.bin"))
-        self._inbox: queue.SimpleQueue[_Request | int | None] = queue.SimpleQueue()
-        self._ids = itertools.count()
-        self._running: dict[int, _Request] = {}
-        self._broken: str | None = None
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="openvino-genai", daemon=True)
-        self._thread.start()
+        self._running: dict[int, _Running] = {}
 
-    # ---- the event loop's side ----------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
 
-    async def generate(self, prompt_ids: Sequence[int], sampling: Sampling) -> AsyncGenerator[Step, None]:
-        if self._broken is not None:
-            raise InferenceError(f"The generation engine failed: {self._broken}")
-        if self._closed:
-            raise ShuttingDown("The generation model was unloaded; retry.")
-        request = _Request(prompt_ids, sampling, asyncio.get_running_loop(), asyncio.Queue(), next(self._ids))
-        self._inbox.put(request)
-        try:
-            while True:
-                item = await request.out.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish is not None:
-                    return
-        finally:
-            # Finished, or abandoned (a client gone, a stop sequence met): the engine drops it.
-            self._inbox.put(request.id)
+    def add(self, request_id: int, prompt_ids: Sequence[int], sampling: Sampling) -> None:
+        """Admit a request (it joins the batch at the next step); raises if the engine refuses it."""
+        import numpy as np
+        import openvino as ov
 
-    def memory_bytes(self) -> int:
-        return int(self._weights_bytes + self._kv_bytes)
+        ids = ov.Tensor(np.asarray([list(prompt_ids)], dtype=np.int64))
+        handle = self._pipe.add_request(request_id, ids, self._config(sampling))
+        self._running[request_id] = _Running(handle, sampling.max_new_tokens)
 
-    def close(self) -> None:
-        self._closed = True
-        self._inbox.put(None)
-        self._thread.join(timeout=30)
+    def cancel(self, request_id: int) -> None:
+        """Drop a request (unknown or finished ones are ignored)."""
+        running = self._running.pop(request_id, None)
+        if running is not None:
+            running.handle.cancel()
 
-    # ---- the engine thread --------------------------------------------------
+    def step(self) -> list[Made]:
+        """One step of every running request; what each made. Raises if the pipeline fails
+        (it is then unusable)."""
+        if self._pipe.has_non_finished_requests():
+            self._pipe.step()
+        made: list[Made] = []
+        for request_id, running in list(self._running.items()):
+            news = self._collect(running)
+            if news is not None:
+                made.append((request_id, *news))
+                if news[1] is not None:
+                    del self._running[request_id]
+        return made
 
     def _config(self, sampling: Sampling) -> Any:
         og = self._og
@@ -117,61 +102,9 @@ class OpenVinoEngine:
             config.structured_output_config = og.StructuredOutputConfig(**{field: sampling.grammar.text})
         return config
 
-    def _admit(self, request: _Request) -> None:
-        import numpy as np
-        import openvino as ov
-
-        ids = ov.Tensor(np.asarray([list(request.prompt_ids)], dtype=np.int64))
-        request.handle = self._pipe.add_request(request.id, ids, self._config(request.sampling))
-        self._running[request.id] = request
-
-    def _post(self, request: _Request, item: Step | BaseException) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-            request.loop.call_soon_threadsafe(request.out.put_nowait, item)
-
-    def _drain(self, block: bool) -> bool:
-        """Take what the event loop sent; False once the engine is to stop."""
-        while True:
-            try:
-                message = self._inbox.get(block=block)
-            except queue.Empty:
-                return True
-            block = False
-            if message is None:
-                return False
-            if isinstance(message, int):
-                request = self._running.pop(message, None)
-                if request is not None and request.handle is not None:
-                    request.handle.cancel()
-                continue
-            try:
-                self._admit(message)
-            except Exception as exc:  # refused by the engine: this request fails, the others go on
-                self._post(message, InferenceError(f"The engine refused the request: {exc}"))
-
-    def _run(self) -> None:
+    def _collect(self, running: _Running) -> tuple[tuple[int, ...], FinishReason | None] | None:
         og = self._og
-        while self._drain(block=not self._running):
-            try:
-                if self._pipe.has_non_finished_requests():
-                    self._pipe.step()
-            except Exception as exc:
-                # A failed step leaves the pipeline unusable: fail everything in it.
-                self._broken = str(exc)
-                log.error("the generation engine failed: %s", exc)
-                for request in self._running.values():
-                    self._post(request, InferenceError(f"The generation engine failed: {exc}"))
-                self._running.clear()
-                return
-            for request in list(self._running.values()):
-                self._collect(request, og)
-        # Closed (the model evicted, the server stopped past its grace): whoever still waits is told.
-        for request in self._running.values():
-            self._post(request, ShuttingDown("The generation model was unloaded; retry."))
-        self._running.clear()
-
-    def _collect(self, request: _Request, og: Any) -> None:
-        handle = request.handle
+        handle = running.handle
         status = handle.get_status()
         ids: list[int] = []
         finish: FinishReason | None = None
@@ -183,9 +116,8 @@ class OpenVinoEngine:
                 elif output.finish_reason == og.GenerationFinishReason.STOP:
                     finish = "stop"
         if status != og.GenerationStatus.RUNNING and finish is None:
-            finish = "length" if request.sent + len(ids) >= request.sampling.max_new_tokens else "stop"
-        request.sent += len(ids)
+            finish = "length" if running.sent + len(ids) >= running.max_new_tokens else "stop"
+        running.sent += len(ids)
         if ids or finish is not None:
-            self._post(request, Step(tuple(ids), finish))
-        if finish is not None:
-            self._running.pop(request.id, None)
+            return tuple(ids), finish
+        return None

@@ -36,7 +36,7 @@ from sift_server.generation.wire import (
     ResponsesBody,
     decode_body,
 )
-from sift_server.service.common import require_task
+from sift_server.service.common import catalog_name, require_task
 from sift_server.wire.split import Buffer
 
 SSE_TYPE = "text/event-stream"
@@ -107,9 +107,7 @@ def generation_model(state: ServerState, model: str) -> tuple[str, Model]:
     """The catalog's generation model ``model`` names (``Org__Name`` path ids are
     ``Org/Name``), loaded; raises while it loads, as every route does."""
     registry = state.registry
-    name = model
-    if name not in registry.records and "__" in name and name.replace("__", "/", 1) in registry.records:
-        name = name.replace("__", "/", 1)
+    name = catalog_name(registry.records, model)
     record = registry.record(name)
     try:
         require_task(record, "generate")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -46,6 +46,18 @@ def split_profile(model: str) -> tuple[str, str | None]:
     if sep and name and "/" not in profile:
         return name, profile
     return model, None
+
+
+def catalog_name(catalog: Container[str], model: str) -> str:
+    """The catalog's name of the model a path names: generation model ids travel as
+    ``Org__Name`` (sie-sdk's path ids), which name ``Org/Name`` when the catalog has no
+    ``Org__Name`` itself. Used by ``sift serve``'s generation routes and by the gateway,
+    whose queue subject is the catalog name's."""
+    if model not in catalog and "__" in model:
+        slashed = model.replace("__", "/", 1)
+        if slashed in catalog:
+            return slashed
+    return model
 
 
 def check_profile(options: Mapping[str, Any], path_profile: str | None) -> None:
