@@ -27,6 +27,9 @@ DEFAULT_MAX_SEQUENCES = 32
 class GenerationAdapter(Adapter):
     transformers_models = False
     loads_runtime_without_torch = True
+    # What its engine can do beyond greedy decoding (checked before the engine sees a request).
+    greedy_only = False
+    grammar = True
 
     def __init__(self, tokenizer: Any, engine: GenerationEngine, limits: Limits, runtime: Mapping[str, Any]) -> None:
         self.tokenizer = tokenizer
