@@ -250,3 +250,28 @@ def test_a_ctranslate2_folder_is_served_as_it_is(hf_folder: Path, reference: Ref
         assert not list(cache.glob("ctranslate2/*/model.bin"))
     finally:
         proc.stop()
+
+
+def test_an_answer_that_ends_by_itself_finishes_stop(tmp_path: Path) -> None:
+    import asyncio
+
+    from sift_server.adapters.base import LoadContext
+    from sift_server.generation.ctranslate2_adapter import CTranslate2GenerationAdapter
+    from sift_server.generation.params import Sampling
+
+    folder = build_tiny_translator(tmp_path / "hf", end_after=47)  # "hello world" would write 47 fifth
+    expected, ids, finish = Reference(folder).greedy(PROMPTS[2], N)
+    assert finish == "stop" and 0 < len(ids) < N
+    ctx = LoadContext(path=folder, options={}, max_sequence_length=None, torch_threads=1, cache_dir=tmp_path / "c")
+    adapter = CTranslate2GenerationAdapter.load(ctx)
+
+    async def run() -> list[tuple[tuple[int, ...], str | None]]:
+        return [(s.ids, s.finish) async for s in adapter.engine.generate(adapter.encode(PROMPTS[2]), Sampling(N))]
+
+    try:
+        steps = asyncio.run(run())
+    finally:
+        adapter.close()
+    assert [i for s in steps for i in s[0]] == ids
+    assert steps[-1] == ((), "stop")
+    assert adapter.decode(ids) == expected

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -55,6 +56,28 @@ def take_batch(waiting: deque[Any], max_requests: int) -> list[Any]:
     return batch
 
 
+def _post(request: _Request, item: Step | BaseException) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+        request.loop.call_soon_threadsafe(request.out.put_nowait, item)
+
+
+def _on_token(batch: list[_Request], end_id: int, closing: threading.Event, step: Any) -> bool:
+    """One new token of one sequence of ``batch``; True stops that sequence."""
+    request: _Request = batch[int(step.batch_id)]
+    if request.finished or request.cancelled or closing.is_set():
+        return True
+    token = int(step.token_id)
+    if token == end_id:  # the translator hands the end token over too (return_end_token)
+        request.finished = True
+        _post(request, Step((), "stop"))
+        return True
+    request.made += 1
+    finish: FinishReason | None = "length" if request.made >= request.max_new_tokens or step.is_last else None
+    request.finished = finish is not None
+    _post(request, Step((token,), finish))
+    return request.finished
+
+
 class CTranslate2Engine:
     def __init__(
         self,
@@ -80,7 +103,7 @@ class CTranslate2Engine:
         self._weights_bytes = (folder / "model.bin").stat().st_size
         self._inbox: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._broken: str | None = None
-        self._closed = False
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ctranslate2", daemon=True)
         self._thread.start()
 
@@ -91,7 +114,7 @@ class CTranslate2Engine:
             raise InvalidInput("This model decodes greedily and without a grammar.")
         if self._broken is not None:
             raise InferenceError(f"The generation engine failed: {self._broken}")
-        if self._closed:
+        if self._closing.is_set():
             raise ShuttingDown("The generation model was unloaded; retry.")
         request = _Request(
             self._tokens_of(list(prompt_ids)), sampling.max_new_tokens, asyncio.get_running_loop(), asyncio.Queue()
@@ -113,17 +136,13 @@ class CTranslate2Engine:
         return int(self._weights_bytes)
 
     def close(self) -> None:
-        self._closed = True
+        self._closing.set()
         self._inbox.put(None)
         self._thread.join(timeout=30)
         with contextlib.suppress(Exception):
             self._translator.unload_model()
 
     # ---- the engine thread --------------------------------------------------
-
-    def _post(self, request: _Request, item: Step | BaseException) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-            request.loop.call_soon_threadsafe(request.out.put_nowait, item)
 
     def _run(self) -> None:
         waiting: deque[_Request] = deque()
@@ -150,25 +169,7 @@ class CTranslate2Engine:
                 self._translate(batch)
         # Closed (the model evicted, the server stopped past its grace): whoever still waits is told.
         for request in waiting:
-            self._post(request, ShuttingDown("The generation model was unloaded; retry."))
-
-    def _on_token(self, batch: list[_Request], step: Any) -> bool:
-        """One new token of one sequence; True stops that sequence."""
-        request: _Request = batch[int(step.batch_id)]
-        if request.finished:
-            return True
-        if request.cancelled or self._closed:
-            return True
-        token = int(step.token_id)
-        if token == self._end_id:
-            request.finished = True
-            self._post(request, Step((), "stop"))
-            return True
-        request.made += 1
-        finish: FinishReason | None = "length" if request.made >= request.max_new_tokens or step.is_last else None
-        request.finished = finish is not None
-        self._post(request, Step((token,), finish))
-        return request.finished
+            _post(request, ShuttingDown("The generation model was unloaded; retry."))
 
     def _translate(self, batch: list[_Request]) -> None:
         try:
@@ -182,18 +183,20 @@ class CTranslate2Engine:
                 max_decoding_length=max(request.max_new_tokens for request in batch),
                 max_input_length=0,  # the prompt was checked against the model's context
                 return_end_token=True,
-                callback=lambda step: self._on_token(batch, step),
+                # Not a method: the callback must not hold the engine (and its translator), or the
+                # translator could be freed from its own worker thread, which aborts the process.
+                callback=functools.partial(_on_token, batch, self._end_id, self._closing),
             )
         except Exception as exc:  # this batch fails, the engine goes on
             log.error("the generation engine failed: %s", exc)
             for request in batch:
                 if not request.finished:
-                    self._post(request, InferenceError(f"The generation engine failed: {exc}"))
+                    _post(request, InferenceError(f"The generation engine failed: {exc}"))
             return
         for request in batch:
             if request.finished or request.cancelled:
                 continue
-            if self._closed:
-                self._post(request, ShuttingDown("The generation model was unloaded; retry."))
+            if self._closing.is_set():
+                _post(request, ShuttingDown("The generation model was unloaded; retry."))
             else:  # ended without a callback for its end (an empty answer)
-                self._post(request, Step((), "stop"))
+                _post(request, Step((), "stop"))
