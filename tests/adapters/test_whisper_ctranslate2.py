@@ -103,9 +103,10 @@ def test_timestamps_and_sampling_go_to_generate(both: tuple[WhisperAdapter, Whis
     assert fast.answered["generate"] == before["generate"] + 3
 
 
-def test_an_answer_at_ctranslate2s_cap_is_generates(cache: Path, tmp_path: Path) -> None:
+def test_an_answer_at_ctranslate2s_cap_is_generates(tmp_path: Path) -> None:
     # The plain tiny Whisper never stops: its answers run past CTranslate2's cap (24 of 48).
     folder = build_tiny_whisper(tmp_path / "hf")
+    cache = tmp_path / "artifacts"
     fast, reference = load(folder, cache, "ctranslate2"), load(folder, cache, "generate")
     task = tasks(language="en")[:1]
     answer = transcribe(fast, task)[0]
@@ -118,6 +119,9 @@ def test_converted_once_into_the_cache(both: tuple[WhisperAdapter, WhisperAdapte
     fast, reference = both
     assert "ctranslate2" in fast.info.runtime["engine"]
     assert reference.info.runtime["engine"] == "transformers generate"
-    assert len(list(cache.glob("ctranslate2/*/model.bin"))) >= 1
+    converted = list(cache.glob("ctranslate2/*/model.bin"))
+    assert len(converted) == 1  # both adapters of this folder share one conversion
+    # Both engines' weights are held, and counted in the memory budget.
+    assert fast.memory_bytes() == reference.memory_bytes() + converted[0].stat().st_size
     with pytest.raises(ValueError, match="engine"):
         load(Path(fast._processor.tokenizer.name_or_path), cache, "fastest")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sift_server.adapters._ctranslate2 import converted
+from sift_server.adapters._ctranslate2 import MODEL_FILE, converted
 from sift_server.adapters._refusal import UnservableModel
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput, TranscribeTask
@@ -75,11 +75,12 @@ class _Clip:
 
 
 class WhisperAdapter(Adapter):
-    def __init__(self, model: Any, processor: Any, device: torch.device, ct2: Any = None) -> None:
+    def __init__(self, model: Any, processor: Any, device: torch.device, ct2: Any = None, ct2_bytes: int = 0) -> None:
         self._model = model
         self._processor = processor
         self._device = device
         self._ct2 = ct2  # CTranslate2's Whisper, or None: generate answers everything
+        self._ct2_bytes = ct2_bytes  # its float32 weights, held beside generate's model
         # Clips answered by each engine (the tests read it to see which one ran).
         self.answered = {"ctranslate2": 0, "generate": 0}
         generation = model.generation_config
@@ -120,7 +121,8 @@ class WhisperAdapter(Adapter):
         device = select_device(ctx.options)
         model = WhisperForConditionalGeneration.from_pretrained(ctx.path, dtype=torch.float32).to(device).eval()
         processor = WhisperProcessor.from_pretrained(ctx.path)
-        return cls(model, processor, device, _ctranslate2_whisper(ctx, device))
+        ct2, ct2_bytes = _ctranslate2_whisper(ctx, device)
+        return cls(model, processor, device, ct2, ct2_bytes)
 
     def language_token(self, language: str) -> str:
         """Whisper's token for a language code or name ("en", "english"); InvalidInput if unknown."""
@@ -315,7 +317,7 @@ class WhisperAdapter(Adapter):
         return transcripts
 
     def memory_bytes(self) -> int:
-        return module_bytes(self._model)
+        return module_bytes(self._model) + self._ct2_bytes
 
     def close(self) -> None:
         release_module(self._model, self._device)
@@ -324,24 +326,26 @@ class WhisperAdapter(Adapter):
             self._ct2 = None
 
 
-def _ctranslate2_whisper(ctx: LoadContext, device: torch.device) -> Any:
-    """CTranslate2's Whisper over the checkpoint's float32 conversion, or None where
-    ``generate`` answers everything (``options.engine``; see the module's docstring)."""
+def _ctranslate2_whisper(ctx: LoadContext, device: torch.device) -> tuple[Any, int]:
+    """CTranslate2's Whisper over the checkpoint's float32 conversion and its weights'
+    bytes, or (None, 0) where ``generate`` answers everything (``options.engine``; see
+    the module's docstring)."""
     engine = str(ctx.options.get("engine", "auto"))
     if engine not in ENGINES:
         raise UnservableModel(f"options.engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "generate" or device.type != "cpu":
-        return None
+        return None, 0
     try:
         import ctranslate2
     except ImportError as exc:
         if engine == "ctranslate2":
             raise UnservableModel("options.engine ctranslate2 needs the ctranslate2 extra") from exc
-        return None
+        return None, 0
     artifact = converted(ctx.path, ctx.cache_dir, "whisper")
-    return ctranslate2.models.Whisper(
+    model = ctranslate2.models.Whisper(
         str(artifact), device="cpu", compute_type="float32", inter_threads=1, intra_threads=max(0, ctx.torch_threads)
     )
+    return model, (artifact / MODEL_FILE).stat().st_size
 
 
 def _text(tokenizer: Any, tokens: Sequence[int]) -> str:
