@@ -275,3 +275,31 @@ def test_an_answer_that_ends_by_itself_finishes_stop(tmp_path: Path) -> None:
     assert [i for s in steps for i in s[0]] == ids
     assert steps[-1] == ((), "stop")
     assert adapter.decode(ids) == expected
+
+
+def test_the_released_sie_sdk_generates_unchanged(server: ServerProcess, reference: Reference) -> None:
+    import subprocess
+
+    from tests.compat.conftest import COMPAT_PYTHON, require_venv
+
+    require_venv()
+    driver = Path(__file__).parents[1] / "generation" / "sie_generation_driver.py"
+    messages = [{"role": "user", "content": "hi"}]
+    spec = {"model": TINY_TRANSLATOR, "prompt": PROMPTS[0], "messages": messages, "max_new_tokens": N}
+    done = subprocess.run(
+        [str(COMPAT_PYTHON), str(driver), server.url, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    expected, ids, _ = reference.greedy(PROMPTS[0], N)
+    assert "ok" in answers["generate"], answers["generate"]
+    assert answers["generate"]["ok"]["text"] == expected
+    assert answers["generate"]["ok"]["usage"]["completion_tokens"] == len(ids)
+    chunks = answers["stream_generate"]["ok"]
+    assert "".join(c.get("text_delta", "") for c in chunks) == expected
+    # No chat template: the SDK raises the server's 400.
+    assert "error" in answers["chat_completions"] and "chat template" in answers["chat_completions"]["error"]
