@@ -86,7 +86,7 @@ fi
 # One resolver pass for everything; torch pinned: left to a resolver, "torch" means a
 # multi-GB CUDA build.
 install_into .venv/bin/python "torch==2.13.0" -e ./sdk \
-  -e "./server[extract,glirel,rerank,hybrid,lora,onnx,openvino,cluster,otel,images,documents,generation,remote,speech,colvision]" -e ./bench -r requirements-dev.txt
+  -e "./server[extract,glirel,rerank,hybrid,lora,onnx,openvino,cluster,otel,images,documents,generation,remote,speech,colvision,ctranslate2]" -e ./bench -r requirements-dev.txt
 # docling imports these at start, whatever the format (the extra `documents` has the rest): without
 # their dependencies, since docling-ibm-models' torchvision is PyPI's CUDA build (it fails to load
 # beside the CPU torch and breaks transformers' image code) and docling-parse pins Pillow below 13

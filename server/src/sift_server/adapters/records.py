@@ -197,6 +197,11 @@ _RECORDS: dict[str, AdapterRecord] = {
             backends=frozenset({"openvino"}),
         ),
         AdapterRecord(
+            name="ctranslate2",
+            target="sift_server.generation.ctranslate2_adapter:CTranslate2GenerationAdapter",
+            tasks=frozenset({"generate"}),
+        ),
+        AdapterRecord(
             name="openai-remote",
             target="sift_server.generation.remote:RemoteGenerationAdapter",
             tasks=frozenset({"generate"}),

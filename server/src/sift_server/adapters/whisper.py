@@ -1,9 +1,17 @@
 """Whisper transcription on transformers' own ``WhisperForConditionalGeneration.generate``
-(the model's reference implementation, and the reference server's engine too).
+(the model's reference implementation, and the reference server's engine too), and on
+CTranslate2's ``Whisper`` at float32 where it answers the same tokens, faster.
 
-Why this engine: docs/speech.md compares it with CTranslate2 (faster-whisper) on this
-CPU. Sift writes no decoding loop: ``generate`` does the greedy (or sampled, with a
-temperature) decoding, the timestamp rules and long-form transcription past 30 s.
+Which engine (docs/speech.md measures both on this CPU): the entry's ``options.engine``,
+``auto`` by default: CTranslate2 when it is installed (the ``ctranslate2`` extra; the
+checkpoint is converted once into the artifact cache) for greedy clips of up to 30 s
+without timestamps (``json``, ``text``), ``generate`` for the rest: long-form audio,
+timestamps (``verbose_json``, ``srt``, ``vtt``) and sampling, where CTranslate2 would
+decode differently. A clip whose CTranslate2 answer reached its length cap (it decodes
+at most half the model's positions, ``generate`` up to all of them) is decoded again
+by ``generate``, so every answer is ``generate``'s. ``generate``: always ``generate``;
+``ctranslate2``: as ``auto``, refused at load when CTranslate2 is missing. Sift writes
+no decoding loop: each engine does its own decoding, timestamp rules and long form.
 
 ``prepare`` (in the prep thread, after the service decoded the audio) computes the
 log-mel features; clips of up to 30 s that ask for the same language, prompt,
@@ -20,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sift_server.adapters._ctranslate2 import MODEL_FILE, converted
 from sift_server.adapters._refusal import UnservableModel
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, TaskInput, TranscribeTask
@@ -30,6 +39,7 @@ if TYPE_CHECKING:
 
 # Whisper's encoder reads 30 s windows of 1,500 positions: a clip's cost in the batcher.
 WINDOW_POSITIONS = 1_500
+ENGINES = ("auto", "generate", "ctranslate2")
 
 _long_ids = itertools.count()
 
@@ -65,10 +75,14 @@ class _Clip:
 
 
 class WhisperAdapter(Adapter):
-    def __init__(self, model: Any, processor: Any, device: torch.device) -> None:
+    def __init__(self, model: Any, processor: Any, device: torch.device, ct2: Any = None, ct2_bytes: int = 0) -> None:
         self._model = model
         self._processor = processor
         self._device = device
+        self._ct2 = ct2  # CTranslate2's Whisper, or None: generate answers everything
+        self._ct2_bytes = ct2_bytes  # its float32 weights, held beside generate's model
+        # Clips answered by each engine (the tests read it to see which one ran).
+        self.answered = {"ctranslate2": 0, "generate": 0}
         generation = model.generation_config
         self._lang_to_id: dict[str, int] = dict(getattr(generation, "lang_to_id", None) or {})
         self._multilingual = bool(getattr(generation, "is_multilingual", False)) and bool(self._lang_to_id)
@@ -80,7 +94,13 @@ class WhisperAdapter(Adapter):
             tasks=frozenset({"transcribe"}),
             inputs=("audio",),
             max_sequence_length=int(model.config.max_target_positions),
-            runtime={"backend": "torch", "precision": "fp32", "engine": "transformers generate"},
+            runtime={
+                "backend": "torch",
+                "precision": "fp32",
+                "engine": "transformers generate"
+                if ct2 is None
+                else "ctranslate2 (clips up to 30 s, greedy, no timestamps); transformers generate (the rest)",
+            },
         )
 
     @property
@@ -101,7 +121,8 @@ class WhisperAdapter(Adapter):
         device = select_device(ctx.options)
         model = WhisperForConditionalGeneration.from_pretrained(ctx.path, dtype=torch.float32).to(device).eval()
         processor = WhisperProcessor.from_pretrained(ctx.path)
-        return cls(model, processor, device)
+        ct2, ct2_bytes = _ctranslate2_whisper(ctx, device)
+        return cls(model, processor, device, ct2, ct2_bytes)
 
     def language_token(self, language: str) -> str:
         """Whisper's token for a language code or name ("en", "english"); InvalidInput if unknown."""
@@ -185,9 +206,63 @@ class WhisperAdapter(Adapter):
         return kwargs
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
+        clips: list[_Clip] = [part.prepared.payload for part in parts]
+        answers: list[Transcript | None] = [None] * len(clips)
+        if self._ct2_answers(clips[0]):
+            answers = self._ctranslate2(clips)
+        again = [i for i, answer in enumerate(answers) if answer is None]
+        if again:
+            for i, answer in zip(again, self._generate([clips[i] for i in again]), strict=True):
+                answers[i] = answer
+        self.answered["generate"] += len(again)
+        self.answered["ctranslate2"] += len(clips) - len(again)
+        return [[answer] for answer in answers]
+
+    def _ct2_answers(self, head: _Clip) -> bool:
+        """Whether CTranslate2 decodes a batch like ``head`` as ``generate`` does."""
+        if self._ct2 is None or head.attention_mask is not None or head.timestamps or head.temperature > 0:
+            return False
+        # Without a language, a multilingual model detects it: CTranslate2 can where its
+        # vocabulary is a multilingual Whisper's (every released multilingual checkpoint).
+        return head.language is not None or not self._multilingual or bool(self._ct2.is_multilingual)
+
+    def _start(self, clip: _Clip, language: str | None) -> list[int]:
+        """The decoder's prompt, as ``generate`` builds it: the previous text, then the task."""
+        tokenizer = self._processor.tokenizer
+        ids = [int(t) for t in self._processor.get_prompt_ids(clip.prompt)] if clip.prompt else []
+        names = ["<|startoftranscript|>"]
+        if self._multilingual:
+            names += [f"<|{language}|>", "<|transcribe|>"]
+        names.append("<|notimestamps|>")
+        return ids + [int(tokenizer.convert_tokens_to_ids(name)) for name in names]
+
+    def _ctranslate2(self, clips: Sequence[_Clip]) -> list[Transcript | None]:
+        """CTranslate2's greedy answers; None for a clip that reached its length cap."""
+        import ctranslate2
+
+        features = ctranslate2.StorageView.from_array(np.ascontiguousarray(np.stack([c.features for c in clips])))
+        head = clips[0]
+        languages: list[str | None] = [head.language] * len(clips)
+        if head.language is None and self._multilingual:
+            languages = [str(found[0][0])[2:-2] for found in self._ct2.detect_language(features)]
+        starts = [self._start(clip, language) for clip, language in zip(clips, languages, strict=True)]
+        positions = int(self._model.config.max_target_positions)
+        results = self._ct2.generate(features, starts, beam_size=1, max_length=positions)
+        tokenizer = self._processor.tokenizer
+        answers: list[Transcript | None] = []
+        for clip, start, result in zip(clips, starts, results, strict=True):
+            row = [int(t) for t in result.sequences_ids[0]]
+            # CTranslate2 decodes at most half the positions; generate, up to all of them.
+            if len(row) >= min(positions // 2, positions - len(start)):
+                answers.append(None)
+                continue
+            language = self.language_name(head.language)
+            answers.append(Transcript(_text(tokenizer, row), _text_tokens(tokenizer, row), (), language, clip.duration))
+        return answers
+
+    def _generate(self, clips: Sequence[_Clip]) -> list[Transcript]:
         import torch
 
-        clips: list[_Clip] = [part.prepared.payload for part in parts]
         head = clips[0]
         features = torch.from_numpy(np.stack([c.features for c in clips])).to(self._device)
         kwargs = self.generate_kwargs(head)
@@ -199,7 +274,7 @@ class WhisperAdapter(Adapter):
             language = self._detect_language(features)
         with torch.inference_mode():
             out = self._model.generate(features, **kwargs)
-        return [[t] for t in self._transcripts(out, clips, self.language_name(language))]
+        return self._transcripts(out, clips, self.language_name(language))
 
     def _detect_language(self, features: torch.Tensor) -> str | None:
         import torch
@@ -242,10 +317,35 @@ class WhisperAdapter(Adapter):
         return transcripts
 
     def memory_bytes(self) -> int:
-        return module_bytes(self._model)
+        return module_bytes(self._model) + self._ct2_bytes
 
     def close(self) -> None:
         release_module(self._model, self._device)
+        if self._ct2 is not None:
+            self._ct2.unload_model()
+            self._ct2 = None
+
+
+def _ctranslate2_whisper(ctx: LoadContext, device: torch.device) -> tuple[Any, int]:
+    """CTranslate2's Whisper over the checkpoint's float32 conversion and its weights'
+    bytes, or (None, 0) where ``generate`` answers everything (``options.engine``; see
+    the module's docstring)."""
+    engine = str(ctx.options.get("engine", "auto"))
+    if engine not in ENGINES:
+        raise UnservableModel(f"options.engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "generate" or device.type != "cpu":
+        return None, 0
+    try:
+        import ctranslate2
+    except ImportError as exc:
+        if engine == "ctranslate2":
+            raise UnservableModel("options.engine ctranslate2 needs the ctranslate2 extra") from exc
+        return None, 0
+    artifact = converted(ctx.path, ctx.cache_dir, "whisper")
+    model = ctranslate2.models.Whisper(
+        str(artifact), device="cpu", compute_type="float32", inter_threads=1, intra_threads=max(0, ctx.torch_threads)
+    )
+    return model, (artifact / MODEL_FILE).stat().st_size
 
 
 def _text(tokenizer: Any, tokens: Sequence[int]) -> str:

@@ -34,6 +34,9 @@ DEFAULT_ENGINE_NICE = 19
 class GenerationAdapter(Adapter):
     transformers_models = False
     loads_runtime_without_torch = True
+    # What its engine can do beyond greedy decoding (checked before the engine sees a request).
+    greedy_only = False
+    grammar = True
 
     def __init__(self, tokenizer: Any, engine: GenerationEngine, limits: Limits, runtime: Mapping[str, Any]) -> None:
         self.tokenizer = tokenizer

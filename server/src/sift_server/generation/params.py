@@ -38,11 +38,14 @@ class Sampling:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """A model's bounds: its context (prompt and answer together) and the most
-    tokens one answer may ask for."""
+    """A model's bounds: its context and the most tokens one answer may ask for.
+    A decoder-only model's context holds the prompt and the answer together
+    (``answer_in_context``); an encoder-decoder's holds the prompt only (the answer
+    is the decoder's, bounded by the cap alone)."""
 
     context_tokens: int
     max_new_tokens_cap: int
+    answer_in_context: bool = True
 
 
 MAX_STOPS = 4
@@ -99,6 +102,12 @@ def check_context(prompt_tokens: int, wanted: Sampling, limits: Limits, *, max_f
     """A prompt that leaves no room, or too little for the answer asked, is refused."""
     if prompt_tokens == 0:
         raise InvalidInput("The prompt is empty.", param="prompt")
+    if not limits.answer_in_context:
+        if prompt_tokens > limits.context_tokens:
+            raise InputTooLong(
+                f"The prompt is {prompt_tokens} tokens; this model reads at most {limits.context_tokens} tokens."
+            )
+        return
     if prompt_tokens >= limits.context_tokens:
         raise InputTooLong(
             f"The prompt is {prompt_tokens} tokens; this model's context is {limits.context_tokens} tokens."
@@ -109,4 +118,18 @@ def check_context(prompt_tokens: int, wanted: Sampling, limits: Limits, *, max_f
             f"The prompt ({prompt_tokens} tokens) and '{max_field}' ({wanted.max_new_tokens}) exceed this model's "
             f"context of {limits.context_tokens} tokens; ask for at most {room}.",
             param=max_field,
+        )
+
+
+def check_engine(wanted: Sampling, *, greedy_only: bool, grammar: bool, grammar_field: str = "grammar") -> None:
+    """What the model's engine cannot do is refused before it sees the request."""
+    if greedy_only and not wanted.greedy:
+        raise InvalidInput("This model decodes greedily only: 'temperature' must be 0.", param="temperature")
+    if greedy_only and wanted.top_p != 1.0:
+        raise InvalidInput("This model decodes greedily only: 'top_p' must be 1.", param="top_p")
+    if not grammar and wanted.grammar is not None:
+        raise InvalidInput(
+            "This model's engine has no constrained decoding: grammars and response_format "
+            "json_schema / json_object are not supported.",
+            param=grammar_field,
         )

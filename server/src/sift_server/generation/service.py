@@ -23,7 +23,7 @@ from sift_server.errors import InvalidInput, ModelNotFound, SiftError, TaskNotSu
 from sift_server.generation import answers, grammar
 from sift_server.generation.adapter import GenerationAdapter
 from sift_server.generation.meter import GenerationMeter
-from sift_server.generation.params import Sampling, check_context, sampling
+from sift_server.generation.params import Sampling, check_context, check_engine, sampling
 from sift_server.generation.remote import RemoteGenerationAdapter
 from sift_server.generation.text import AnswerText
 from sift_server.generation.upstream import DONE, Endpoint, UpstreamRequest
@@ -266,8 +266,10 @@ def admit(
     max_field: str,
     request_id: str,
     started: float,
+    grammar_field: str = "grammar",
 ) -> Run:
     """The generation, once its prompt fits the model's context with the answer asked for."""
+    check_engine(wanted, greedy_only=adapter.greedy_only, grammar=adapter.grammar, grammar_field=grammar_field)
     check_context(len(prompt_ids), wanted, adapter.limits, max_field=max_field)
     return Run(name, adapter, prompt_ids, wanted, request_id, started, prompt_tokens=len(prompt_ids))
 
@@ -479,7 +481,14 @@ async def run_chat(state: ServerState, call: CallLike, request_id: str) -> Answe
     else:
         prompt_ids = adapter.chat_ids(messages)
         run = admit(
-            name, adapter, prompt_ids, wanted, max_field=field_name, request_id=request_id, started=call.started
+            name,
+            adapter,
+            prompt_ids,
+            wanted,
+            max_field=field_name,
+            request_id=request_id,
+            started=call.started,
+            grammar_field="response_format",
         )
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     if not body.stream:
