@@ -136,3 +136,33 @@ def test_first_cluster_of_a_models_life_is_a_burst() -> None:
     model = ArrivalModel()
     burst(model, 0.0, [0.0] * 7)
     assert model.cluster_is_burst
+
+
+def test_independent_arrivals_after_learned_bursts_stop_being_held_for_one() -> None:
+    # Bursts of 8 within 3.5 ms teach a burst of 8; then, after a quiet spell, users arrive on
+    # their own every 30 ms, each finding the one before still queued (the server's 50 ms link).
+    model = ArrivalModel(busy_link_gap=0.050)
+    t = 0.0
+    for _ in range(3):
+        t = burst(model, t + 1.0, [0.5 * MS] * 7)
+    assert model.expected_size == 8
+    model.observe(t + 1.0, in_flight=False)
+    assert model.expects_burst and model.unseen_followers == 7  # a lone head: maybe the next burst
+    last = t + 1.0
+    for _ in range(4):
+        last += 30 * MS
+        model.observe(last)
+    # Four 30 ms gaps: far slower than any learned burst, and too sparse to be one by chance.
+    assert not model.cluster_is_burst
+    assert model.outlived_prediction
+    assert not model.expects_burst and model.unseen_followers == 0
+
+
+def test_a_burst_as_slow_as_the_learned_ones_is_still_awaited() -> None:
+    model = ArrivalModel(busy_link_gap=0.050)
+    t = 0.0
+    for _ in range(3):
+        t = burst(model, t + 1.0, [4 * MS] * 7)  # a slow client: 8 requests over 28 ms
+    t = burst(model, t + 1.0, [4 * MS] * 3)
+    assert not model.outlived_prediction
+    assert model.expects_burst and model.unseen_followers == 4

@@ -118,6 +118,9 @@ class ArrivalModel:
     mean_gap_factor: float = 8.0
     # Before any history, assume lone traffic: the first request of a server's life is not delayed.
     expected_size: int = 1
+    # A cluster that has taken this many times the slowest learned burst's span (plus the follow
+    # gap), and is not dense enough to be a burst by itself, is not the burst its history predicts.
+    outlive_factor: float = 4.0
     cluster_start: float = float("-inf")
     cluster_size: int = 0
     cluster_max_gap: float = 0.0
@@ -205,7 +208,9 @@ class ArrivalModel:
         latest arrivals, so they belong to it even once it has gone quiet.)"""
         if self.cluster_size == 0:
             return False
-        return (self.cluster_isolated and self.expected_size > 1) or self.cluster_is_burst
+        if self.cluster_is_burst:
+            return True
+        return self.cluster_isolated and self.expected_size > 1 and not self.outlived_prediction
 
     @property
     def unseen_followers(self) -> int:
@@ -217,9 +222,24 @@ class ArrivalModel:
         (``follow_gap`` after the latest arrival)."""
         if self.cluster_size == 0 or not self.cluster_isolated or self.expected_size < 2:
             return 0
+        if self.outlived_prediction and not self.cluster_is_burst:
+            return 0
         if self.cluster_size < self.expected_size:
             return self.expected_size - self.cluster_size
         return 1
+
+    @property
+    def outlived_prediction(self) -> bool:
+        """The latest cluster has lasted far longer than any learned burst took
+        (``outlive_factor`` times the slowest, plus ``follow_gap``): independent
+        arrivals chained by chance after a quiet spell, not the burst the history
+        predicts, so nobody is held for its followers any longer. (Traffic that
+        changes from bursts or a closed loop to independent users otherwise has
+        its first requests held for a learned burst until ``max_burst_hold``.)"""
+        if not self.recent_bursts:
+            return False
+        slowest = max(b.span for b in self.recent_bursts)
+        return self.last_arrival - self.cluster_start > self.outlive_factor * slowest + self.follow_gap
 
     @property
     def at_learned_size(self) -> bool:
