@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sift_server.adapters._refusal import UnservableModel
+from sift_server.adapters.base import Part, Prepared
 
 if TYPE_CHECKING:
     import torch
@@ -175,3 +176,16 @@ def batch_inputs(rows: Sequence[Row], pad_id: int, image_token_id: int, device: 
         # rotary positions need it.
         inputs["mm_token_type_ids"] = (input_ids == image_token_id).to(torch.int32)
     return inputs
+
+
+def prepared(adapter: str, rows: list[Row]) -> Prepared:
+    """One request's rows as prepared work: each row costs its tokens; usage counts the
+    tokens of the rows without images (the reference's count)."""
+    text_tokens = sum(len(row.ids) for row in rows if row.pixels is None)
+    return Prepared([len(row.ids) for row in rows], adapter, rows, input_tokens=text_tokens)
+
+
+def part_inputs(parts: Sequence[Part], encoder: Encoder, device: torch.device) -> dict[str, Any]:
+    """The model's inputs for the rows the parts hold, in order (``batch_inputs``)."""
+    rows: list[Row] = [row for part in parts for row in part.prepared.payload[part.start : part.stop]]
+    return batch_inputs(rows, encoder.pad_id, encoder.image_token_id, device)

@@ -21,7 +21,15 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sift_server.adapters._qwen3_vl import Encoder, Row, batch_inputs, check_folder, load_model, load_processor
+from sift_server.adapters._qwen3_vl import (
+    Encoder,
+    Row,
+    check_folder,
+    load_model,
+    load_processor,
+    part_inputs,
+    prepared,
+)
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.errors import InputTooLong, InvalidInput
@@ -132,17 +140,14 @@ class Qwen3VLEmbedderAdapter(Adapter):
             self._row(instruction, text, task.images[index] if task.images else (), index, task.overflow)
             for index, text in enumerate(task.texts)
         ]
-        costs = [len(row.ids) for row in rows]
-        text_tokens = sum(len(row.ids) for row in rows if row.pixels is None)
-        return Prepared(costs, ADAPTER, rows, input_tokens=text_tokens)
+        return prepared(ADAPTER, rows)
 
     # ---- forward (executor thread) --------------------------------------
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         import torch
 
-        rows: list[Row] = [row for part in parts for row in part.prepared.payload[part.start : part.stop]]
-        inputs = batch_inputs(rows, self.encoder.pad_id, self.encoder.image_token_id, self.device)
+        inputs = part_inputs(parts, self.encoder, self.device)
         with torch.inference_mode():
             # The base model's output is after the final norm (the CausalLM's hidden states are not).
             hidden = self.model.model(**inputs, use_cache=False, return_dict=True).last_hidden_state
@@ -154,7 +159,7 @@ class Qwen3VLEmbedderAdapter(Adapter):
             if self.normalize:
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
             dense = vectors.float().cpu().numpy()
-        return split_by_parts([{"dense": dense[i]} for i in range(len(rows))], parts)
+        return split_by_parts([{"dense": dense[i]} for i in range(len(dense))], parts)
 
     def memory_bytes(self) -> int:
         return module_bytes(self.model)

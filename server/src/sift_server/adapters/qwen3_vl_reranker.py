@@ -20,7 +20,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sift_server.adapters._qwen3_vl import Encoder, Row, batch_inputs, check_folder, load_model, load_processor
+from sift_server.adapters._qwen3_vl import (
+    Encoder,
+    Row,
+    check_folder,
+    load_model,
+    load_processor,
+    part_inputs,
+    prepared,
+)
 from sift_server.adapters._refusal import UnservableModel
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, ScoreTask, TaskInput
@@ -208,17 +216,14 @@ class Qwen3VLRerankerAdapter(Adapter):
             )
             for index, text in enumerate(task.texts)
         ]
-        costs = [len(row.ids) for row in rows]
-        text_tokens = sum(len(row.ids) for row in rows if row.pixels is None)
-        return Prepared(costs, ADAPTER, rows, input_tokens=text_tokens)
+        return prepared(ADAPTER, rows)
 
     # ---- forward (executor thread) --------------------------------------
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         import torch
 
-        rows: list[Row] = [row for part in parts for row in part.prepared.payload[part.start : part.stop]]
-        inputs = batch_inputs(rows, self.encoder.pad_id, self.encoder.image_token_id, self.device)
+        inputs = part_inputs(parts, self.encoder, self.device)
         with torch.inference_mode():
             logits = self.model(**inputs, use_cache=False, logits_to_keep=1).logits[:, -1]
             scores = torch.sigmoid(logits[:, self.yes_id].float() - logits[:, self.no_id].float())
