@@ -184,7 +184,7 @@ class Qwen3VLRerankerAdapter(Adapter):
     def _document_tokens(self, row: Row, instruction: str, query: str, document: str, image: Image | None) -> list[int]:
         """Where the candidate's text is in the row: the tokens whose characters lie
         wholly inside it (found through a sentinel in its place, as the reference does)."""
-        sentinel = "SIFT_DOCUMENT_TEXT"
+        sentinel = "DOCUMENT_TEXT_SENTINEL"
         while sentinel in "\n".join((instruction, query, document)):
             sentinel += "_X"
         prompt = self.encoder.prompt(conversation(instruction, query, document, image))

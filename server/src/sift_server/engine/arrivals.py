@@ -208,9 +208,10 @@ class ArrivalModel:
         latest arrivals, so they belong to it even once it has gone quiet.)"""
         if self.cluster_size == 0:
             return False
-        if self.cluster_is_burst:
+        # The cheap tests first: the chance test sums a Poisson tail.
+        if self.cluster_isolated and self.expected_size > 1 and not self.outlived_prediction:
             return True
-        return self.cluster_isolated and self.expected_size > 1 and not self.outlived_prediction
+        return self.cluster_is_burst
 
     @property
     def unseen_followers(self) -> int:
