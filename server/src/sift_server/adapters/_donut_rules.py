@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sift_server.adapters._extract_common import option_count
 from sift_server.errors import InvalidInput
 
 CORD = "<s_cord-v2>"
@@ -34,15 +35,6 @@ class DonutRequest:
     num_beams: int
 
 
-def _count(options: Mapping[str, Any], name: str, default: int, limit: int) -> int:
-    value = options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-        raise InvalidInput(f"Option '{name}' must be an integer from 1 to {limit}.")
-    return value
-
-
 def resolve_request(
     options: Mapping[str, Any], instruction: str | None, *, default_task: str, max_new_tokens: int, num_beams: int
 ) -> DonutRequest:
@@ -54,8 +46,8 @@ def resolve_request(
     return DonutRequest(
         prompt=prompt,
         task=task,
-        max_new_tokens=_count(options, "max_new_tokens", max_new_tokens, MAX_NEW_TOKENS_LIMIT),
-        num_beams=_count(options, "num_beams", num_beams, NUM_BEAMS_LIMIT),
+        max_new_tokens=option_count(options, "max_new_tokens", max_new_tokens, MAX_NEW_TOKENS_LIMIT),
+        num_beams=option_count(options, "num_beams", num_beams, NUM_BEAMS_LIMIT),
     )
 
 

@@ -48,6 +48,17 @@ def catalog_flag(options: Mapping[str, Any], name: str, fallback: bool) -> bool:
     return value
 
 
+def option_count(options: Mapping[str, Any], name: str, default: int, limit: int) -> int:
+    """A request's count option (``max_new_tokens``, ``num_beams``): an integer from 1
+    to ``limit``, else the 400; ``default`` when absent."""
+    value = options.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise InvalidInput(f"Option '{name}' must be an integer from 1 to {limit}.")
+    return value
+
+
 def reject_options(task: ExtractTask, model_kind: str, **given: object) -> None:
     """400 naming the first option this kind of model has no use for."""
     for name, value in given.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sift_server.adapters._detection_rules import wire_bbox
+from sift_server.adapters._extract_common import option_count
 from sift_server.errors import InvalidInput
 
 OCR = "<OCR>"
@@ -99,15 +100,6 @@ def resolve_prompt(task: str, instruction: str | None) -> tuple[str, str]:
     return task, task
 
 
-def _count(options: Mapping[str, Any], name: str, default: int, limit: int) -> int:
-    value = options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-        raise InvalidInput(f"Option '{name}' must be an integer from 1 to {limit}.")
-    return value
-
-
 def resolve_request(
     options: Mapping[str, Any], instruction: str | None, *, default_task: str, max_new_tokens: int, num_beams: int
 ) -> Florence2Request:
@@ -119,8 +111,8 @@ def resolve_request(
     return Florence2Request(
         prompt=prompt,
         task=effective,
-        max_new_tokens=_count(options, "max_new_tokens", max_new_tokens, MAX_NEW_TOKENS_LIMIT),
-        num_beams=_count(options, "num_beams", num_beams, NUM_BEAMS_LIMIT),
+        max_new_tokens=option_count(options, "max_new_tokens", max_new_tokens, MAX_NEW_TOKENS_LIMIT),
+        num_beams=option_count(options, "num_beams", num_beams, NUM_BEAMS_LIMIT),
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sift_server.adapters._extract_common import option_count
 from sift_server.errors import InvalidInput
 
 MAX_NEW_TOKENS_LIMIT = 16384
@@ -45,19 +46,10 @@ class ChatOcrRequest:
     num_beams: int
 
 
-def _count(options: Mapping[str, Any], name: str, default: int, limit: int) -> int:
-    value = options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-        raise InvalidInput(f"Option '{name}' must be an integer from 1 to {limit}.")
-    return value
-
-
 def _lengths(options: Mapping[str, Any], max_new_tokens: int, num_beams: int) -> tuple[int, int]:
     return (
-        _count(options, "max_new_tokens", max_new_tokens, MAX_NEW_TOKENS_LIMIT),
-        _count(options, "num_beams", num_beams, NUM_BEAMS_LIMIT),
+        option_count(options, "max_new_tokens", max_new_tokens, MAX_NEW_TOKENS_LIMIT),
+        option_count(options, "num_beams", num_beams, NUM_BEAMS_LIMIT),
     )
 
 
