@@ -319,6 +319,26 @@ def _remote_prompt(prompt: str) -> dict[str, Any]:
     return {"prompt": prompt}
 
 
+def _admit_prompt(
+    name: str,
+    adapter: GenerationAdapter | RemoteGenerationAdapter,
+    prompt: str,
+    wanted: Sampling,
+    *,
+    max_field: str,
+    request_id: str,
+    started: float,
+) -> Run:
+    """A text prompt's run: forwarded as an upstream completion for a remote model,
+    else tokenized and admitted to the local engine (``admit``)."""
+    if isinstance(adapter, RemoteGenerationAdapter):
+        remote_prompt = _remote_prompt(prompt)
+        return admit_remote(name, adapter, "completions", remote_prompt, wanted, request_id=request_id, started=started)
+    return admit(
+        name, adapter, adapter.encode(prompt), wanted, max_field=max_field, request_id=request_id, started=started
+    )
+
+
 def _refuse(value: object, neutral: object, name: str, why: str = "") -> None:
     if value is not None and value != neutral:
         raise InvalidInput(f"'{name}' is not supported by Sift's generation routes{why}.", param=name)
@@ -356,26 +376,9 @@ async def run_generate(state: ServerState, call: CallLike, request_id: str) -> A
         grammar=None if remote else grammar.from_native(body.grammar),
         limits=adapter.limits,
     )
-    if isinstance(adapter, RemoteGenerationAdapter):
-        run = admit_remote(
-            name,
-            adapter,
-            "completions",
-            _remote_prompt(body.prompt),
-            wanted,
-            request_id=request_id,
-            started=call.started,
-        )
-    else:
-        run = admit(
-            name,
-            adapter,
-            adapter.encode(body.prompt),
-            wanted,
-            max_field="max_new_tokens",
-            request_id=request_id,
-            started=call.started,
-        )
+    run = _admit_prompt(
+        name, adapter, body.prompt, wanted, max_field="max_new_tokens", request_id=request_id, started=call.started
+    )
     if not body.stream:
         text, finish = await whole(run, call, state.generations)
         return _json_reply(
@@ -553,26 +556,9 @@ async def run_completions(state: ServerState, call: CallLike, request_id: str) -
         limits=adapter.limits,
         max_field="max_tokens",
     )
-    if isinstance(adapter, RemoteGenerationAdapter):
-        run = admit_remote(
-            name,
-            adapter,
-            "completions",
-            _remote_prompt(prompts[0]),
-            wanted,
-            request_id=request_id,
-            started=call.started,
-        )
-    else:
-        run = admit(
-            name,
-            adapter,
-            adapter.encode(prompts[0]),
-            wanted,
-            max_field="max_tokens",
-            request_id=request_id,
-            started=call.started,
-        )
+    run = _admit_prompt(
+        name, adapter, prompts[0], wanted, max_field="max_tokens", request_id=request_id, started=call.started
+    )
     answer_id, created = f"cmpl-{request_id}", int(time.time())
     if not body.stream:
         text, finish = await whole(run, call, state.generations)
