@@ -152,9 +152,9 @@ def test_independent_arrivals_after_learned_bursts_stop_being_held_for_one() -> 
     for _ in range(4):
         last += 30 * MS
         model.observe(last)
-    # Four 30 ms gaps: far slower than any learned burst, and too sparse to be one by chance.
+    # 30 ms gaps: far slower than any learned burst, and too sparse to be one by chance.
     assert not model.cluster_is_burst
-    assert model.outlived_prediction
+    assert model.behind_pace(last)
     assert not model.expects_burst and model.unseen_followers == 0
 
 
@@ -164,5 +164,73 @@ def test_a_burst_as_slow_as_the_learned_ones_is_still_awaited() -> None:
     for _ in range(3):
         t = burst(model, t + 1.0, [4 * MS] * 7)  # a slow client: 8 requests over 28 ms
     t = burst(model, t + 1.0, [4 * MS] * 3)
-    assert not model.outlived_prediction
+    assert not model.behind_pace(t)
     assert model.expects_burst and model.unseen_followers == 4
+    # Even with one gap twice the learned ones: the pace is judged over the whole cluster.
+    model.observe(t + 8 * MS)
+    assert not model.behind_pace(t + 8 * MS) and model.unseen_followers == 3
+
+
+def learned_bursts_of_32(model: ArrivalModel) -> float:
+    """Three bursts of 32, each read over 15.5 ms (0.5 ms apart), one second apart."""
+    t = 0.0
+    for _ in range(3):
+        t = burst(model, t + 1.0, [0.5 * MS] * 31)
+    return t
+
+
+def test_a_lone_user_after_learned_bursts_is_awaited_only_while_a_burst_would_have_come() -> None:
+    # The live case after a closed loop of 32: the model expects the next isolated cluster
+    # to be a burst of 32, and a user arrives on their own.
+    model = ArrivalModel(busy_link_gap=0.050)
+    t = learned_bursts_of_32(model) + 0.5
+    assert model.pace == pytest.approx(0.5 * MS)
+    model.observe(t, in_flight=False)
+    assert model.unseen_followers == 31
+    # A burst like the learned ones would have sent its next request within 4 x 0.5 ms, after
+    # the link gap; with none by then, the prediction is dropped whatever the follow gap.
+    assert model.follower_due == pytest.approx(t + 2 * MS + 4 * 0.5 * MS)
+    assert model.view().follower_due == model.follower_due
+    assert not model.behind_pace(t + 3.9 * MS)
+    assert model.behind_pace(t + 4.1 * MS)
+    # The next user, 20 ms later, joins the cluster (something is in flight) but came late:
+    # from then on the cluster predicts no followers.
+    model.observe(t + 20 * MS)
+    assert model.cluster_behind and not model.cluster_is_burst
+    assert model.unseen_followers == 0 and not model.expects_burst
+    assert model.view().follower_due == math.inf
+
+
+def test_followers_at_the_learned_pace_keep_the_prediction() -> None:
+    model = ArrivalModel(busy_link_gap=0.050)
+    t = learned_bursts_of_32(model) + 0.5
+    t = burst(model, t, [1.0 * MS] * 15)  # twice as slow as learned: within four paces each
+    assert not model.cluster_behind and model.unseen_followers == 16
+    assert model.follower_due == pytest.approx(t - 15 * MS + 2 * MS + 4 * 0.5 * MS * 16)
+
+
+def test_a_prediction_holds_no_request_longer_than_the_learned_bursts_took() -> None:
+    # Whatever arrives, a cluster smaller than the learned burst is awaited at most the link
+    # gap plus outlive_factor times the slowest learned burst's span after its head.
+    model = ArrivalModel(busy_link_gap=0.050)
+    t = learned_bursts_of_32(model) + 0.5
+    head = t
+    t = burst(model, t, [2 * MS] * 30)  # 31 of 32, each just in time
+    assert not model.cluster_behind and model.unseen_followers == 1
+    bound = head + model.link_gap + model.outlive_factor * 15.5 * MS
+    assert model.follower_due == pytest.approx(bound)
+
+
+def test_sustained_traffic_after_a_pause_is_not_learned_as_a_burst() -> None:
+    # Independent users starting after a quiet spell are dense against the quiet rate before
+    # them; traffic that goes on at that rate is no burst, so its size predicts nothing.
+    model = ArrivalModel(busy_link_gap=0.050)
+    t = stream(model, 0.0, 20 * MS, 64, in_flight=False)  # one user at a time
+    t = burst(model, t + 0.5, [2.5 * MS] * 98)  # 99 arrivals over 245 ms after 500 ms of quiet
+    assert model.cluster_isolated and model.cluster_is_burst
+    model.observe(t + 6 * MS)  # more of the same, after a gap only a little longer than usual
+    assert model.expected_size == 1 and not model.recent_bursts
+    # A burst is followed by silence: then its size is learned.
+    t = burst(model, t + 1.0, [0.1 * MS] * 7)
+    model.observe(t + 6 * MS, in_flight=False)
+    assert model.expected_size == 8

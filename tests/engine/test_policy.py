@@ -418,3 +418,26 @@ def test_on_a_shared_core_a_wave_that_keeps_trickling_is_bounded_by_max_hold() -
         assert isinstance(decision, WaitUntil) and decision.deadline <= end + 10 * MS
     h.clock.now = end + 10 * MS
     assert h.policy.decide(replace(h.state(), shared_core=True), h.clock()) == Dispatch("default", "backlog")
+
+
+def test_adaptive_holds_a_lone_user_after_learned_bursts_only_until_a_follower_is_overdue() -> None:
+    # Bursts of 8 with one 20 ms pause inside (a busy core reading them) teach a 40 ms follow
+    # gap and a pace of 3 ms per follower; the follow gap alone held a lone user after them
+    # for as long as users kept coming within it.
+    h = Harness(AdaptivePolicy(max_hold=10 * MS), arrivals=ArrivalModel(busy_link_gap=0.050))
+    for b in range(3):
+        for i in range(8):
+            if i:
+                h.clock.advance(20 * MS if i == 4 else 0.2 * MS)
+            h.arrive(f"{b}-{i}")
+        h.settle()
+        h.clock.advance(1.0)
+    assert h.arrivals.expected_size == 8 and h.arrivals.follow_gap == pytest.approx(40 * MS)
+    assert h.arrivals.pace == pytest.approx(21.2 * MS / 7)
+    h.arrivals.observe(h.clock(), in_flight=False)
+    h.queues.setdefault("default", BatchQueue("default")).add(Pending("user", [8], h.clock()))
+    decision = h.decide()
+    # The next request of a burst like the learned ones would be in by link gap + 4 paces.
+    assert decision == WaitUntil(pytest.approx(h.clock() + 2 * MS + 4 * 21.2 * MS / 7))
+    h.clock.now = decision.deadline
+    assert h.decide() == Dispatch("default", "window")

@@ -78,7 +78,15 @@ def _forwards(args: argparse.Namespace) -> list[ForwardPreset]:
 def _traces(args: argparse.Namespace) -> TraceConfig:
     config = TraceConfig(seed=args.seed, ingress=args.ingress_ms / 1000)
     if args.quick:
-        config = replace(config, sequential_n=40, burst_count=8, poisson_duration=0.3, poisson_warmup=0.05)
+        config = replace(
+            config,
+            sequential_n=40,
+            burst_count=8,
+            poisson_duration=0.3,
+            poisson_warmup=0.05,
+            then_open_per_client=5,
+            then_open_seconds=0.5,
+        )
     return config
 
 

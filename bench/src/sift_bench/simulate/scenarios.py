@@ -15,6 +15,7 @@ from sift_bench.simulate.traces import (
     Lengths,
     bursts,
     closed_loop,
+    closed_then_open,
     open_loop,
     poisson,
     sequential,
@@ -58,6 +59,15 @@ class TraceConfig:
     open_kinds: tuple[ArrivalKind, ...] = ARRIVAL_KINDS
     open_requests: int = 2000
     open_capacity_clients: int = 32
+    # A closed loop of ``then_open_clients`` callers (``then_open_per_client`` requests each)
+    # followed, ``then_open_pauses`` seconds after its last answer (0: at once; the bench
+    # settles 0.5 s between phases), by Poisson users at ``then_open_loads`` of the closed-loop
+    # capacity for ``then_open_seconds``: what the closed loop taught the engine must not hold them.
+    then_open_clients: int = 32
+    then_open_per_client: int = 20
+    then_open_loads: tuple[float, ...] = (0.25, 0.5)
+    then_open_pauses: tuple[float, ...] = (0.0, 0.5)
+    then_open_seconds: float = 4.0
 
 
 def family_seed(seed: int, name: str) -> int:
@@ -188,7 +198,42 @@ def default_families(
                         open_text,
                     ),
                 )
+        for load in config.then_open_loads:
+            for pause in config.then_open_pauses:
+                name = f"closed{config.then_open_clients}-then"
+                name += f"-pause{_ms(pause)}" if pause else ""
+                name += f"-open{round(load * 100)}-poisson{suffix}"
+                add(
+                    name,
+                    "open",
+                    partial(
+                        _closed_then_open_family,
+                        config,
+                        load,
+                        pause,
+                        partial(closed_rate, open_text),
+                        family_seed(config.seed, name),
+                        open_text,
+                    ),
+                )
     return families
+
+
+def _closed_then_open_family(
+    config: TraceConfig, load: float, pause: float, capacity: Callable[[], float], seed: int, lengths: Lengths
+) -> Client:
+    return closed_then_open(
+        config.then_open_clients,
+        config.then_open_per_client,
+        config.closed_turnaround,
+        "poisson",
+        load * capacity(),
+        config.then_open_seconds,
+        seed,
+        gap=pause,
+        ingress=config.ingress,
+        lengths=lengths,
+    )
 
 
 def _open_family(

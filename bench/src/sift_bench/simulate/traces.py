@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from sift_bench.workload.arrivals import ArrivalKind, open_schedule
@@ -405,3 +405,77 @@ def open_loop(
             )
         )
     return ReplayClient(arrivals=arrivals, family="open", kind="open")
+
+
+@dataclass(slots=True)
+class ClosedThenOpenClient:
+    """A closed loop that ends and is followed by independent users, as the bench's
+    phases run: ``closed`` callers until each sent its ``per_client`` requests, then,
+    ``gap`` seconds after the loop's last answer, an open loop at ``open_times``
+    (seconds from its start), one text each of ``open_costs``. Only the open loop is
+    scored: what its first requests wait is what the closed loop taught the engine."""
+
+    closed: ClosedLoopClient
+    open_times: list[float]
+    open_costs: list[int]
+    gap: float = 0.0
+    family: str = "closed-then-open"
+    kind: Kind = "open"
+    _outstanding: int = field(default=0, init=False)
+    _opened: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if len(self.open_times) != len(self.open_costs) or self.gap < 0:
+            raise ValueError("invalid closed-then-open trace parameters")
+
+    def start(self) -> list[Arrival]:
+        arrivals = [replace(a, scored=False) for a in self.closed.start()]
+        self._outstanding = len(arrivals)
+        return arrivals
+
+    def on_complete(self, request_id: str, now: float) -> list[Arrival]:
+        if not request_id.startswith("c"):
+            return []
+        self._outstanding -= 1
+        arrivals = [replace(a, scored=False) for a in self.closed.on_complete(request_id, now)]
+        self._outstanding += len(arrivals)
+        if self._outstanding or self._opened:
+            return arrivals
+        self._opened = True
+        start = now + self.gap
+        return [
+            Arrival(
+                request_id=f"o{index}",
+                arrival=start + t,
+                admission=self.closed.ingress.admit(start + t),
+                cost=cost,
+            )
+            for index, (t, cost) in enumerate(zip(self.open_times, self.open_costs, strict=True))
+        ]
+
+
+def closed_then_open(
+    clients: int,
+    per_client: int,
+    turnaround: float,
+    kind: ArrivalKind,
+    rate: float,
+    duration: float,
+    seed: int,
+    *,
+    gap: float = 0.0,
+    ingress: float = DEFAULT_INGRESS,
+    lengths: Lengths = "sentences",
+) -> ClosedThenOpenClient:
+    """``clients`` closed-loop callers (``closed_loop``), then ``gap`` seconds after
+    their last answer independent users at ``rate`` requests/s for ``duration`` seconds."""
+    closed = closed_loop(clients, per_client, turnaround, seed, ingress=ingress, lengths=lengths)
+    times = open_schedule(kind, rate, duration, seed)
+    rng = random.Random(f"then-open-lengths:{seed}")
+    if lengths == "sentences":
+        costs = [sentence_cost(rng) for _ in times]
+    elif lengths == "mixed":
+        costs = [mixed_cost(rng) for _ in times]
+    else:
+        costs = [closed.fixed_cost] * len(times)
+    return ClosedThenOpenClient(closed=closed, open_times=times, open_costs=costs, gap=gap)

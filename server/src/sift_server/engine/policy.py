@@ -363,7 +363,9 @@ class AdaptivePolicy:
             # admission or a failed ingress wakes the engine).
             return WaitUntil(hold_until)
         if arrivals.unseen_followers > 0:
-            quiet_at = max(lane.last_arrival, arrivals.last_arrival) + arrivals.follow_gap
+            # Until the burst goes quiet, or falls behind the pace of the learned ones (its next
+            # follower overdue: the traffic is not that burst).
+            quiet_at = min(max(lane.last_arrival, arrivals.last_arrival) + arrivals.follow_gap, arrivals.follower_due)
             if now >= quiet_at:
                 # The burst is complete, or came out smaller than predicted.
                 return Dispatch(lane.lane, "burst-complete" if arrivals.at_learned_size else "window")

@@ -34,7 +34,15 @@ anything else:
 
 A wave nobody came back to (a burst whose clients went quiet, the end of a
 closed loop) says nothing about how waves come back, so it counts neither
-way; a few returns too spread to be a wave count as 0.
+way; a few returns too spread to be a wave count as 0. It does say that the
+loop has stopped for now: answers went out and no arrival followed them. Until
+a wave comes back again (too close together for chance), no return is
+expected (``stopped``; only ``restart_waves`` waves in a row that came back,
+at least ``min_share`` of each, restart it, since a few independent arrivals
+soon after a forward pass the chance test now and then): independent
+users after a closed loop, whose forwards
+of one or two requests are too small to be judged, were otherwise held after
+every forward for the loop's clients (``expected``, ``missing``).
 
 A wave's horizon is ``horizon``, or ``share`` of its forward's duration if
 longer, counted from its latest return once one came: on one shared core the
@@ -94,6 +102,12 @@ class ReturnModel:
     last_return: float = float("-inf")
     # Of the recent waves that came back (too close together for chance), whether all of each did.
     whole: deque[bool] = field(default_factory=deque)
+    # The latest wave to close had no return at all, and no run of ``restart_waves`` waves came
+    # back since (at least ``min_share`` of each): the loop stopped.
+    stopped: bool = False
+    restart_waves: int = 2
+    # Waves of at least ``min_size`` in a row that came back, at least ``min_share`` of each.
+    returned_run: int = 0
 
     def forward_ended(self, now: float, completed: int, seconds: float = 0.0) -> None:
         """A forward that ran ``seconds`` ended at ``now`` and answered ``completed`` requests."""
@@ -133,10 +147,20 @@ class ReturnModel:
         return wave.start + wave.last_delay + wave.horizon
 
     def _close(self, wave: Wave) -> None:
-        if wave.size < self.min_size or wave.seen == 0:
+        if wave.seen == 0:
+            self.stopped = True
+            self.returned_run = 0
+            return
+        if wave.size < self.min_size:
             return
         spread = wave.last_delay - wave.first_delay
         returned = wave.seen >= 2 and poisson_tail(wave.seen - 1, self._rate() * spread) <= self.alpha
+        # Only ``restart_waves`` waves in a row that came back (at least ``min_share`` of each, a
+        # straggler allowed) restart the loop: a few independent arrivals soon after a forward
+        # pass the chance test now and then, even as a whole wave of five (in the simulator,
+        # Poisson users after a closed loop); twice in a row hardly ever.
+        self.returned_run = self.returned_run + 1 if returned and wave.seen >= self.min_share * wave.size else 0
+        self.stopped = self.stopped and self.returned_run < self.restart_waves
         self._remember(self.shares, wave.seen / wave.size if returned else 0.0)
         if returned:
             self._remember(self.whole, wave.seen == wave.size)
@@ -158,6 +182,11 @@ class ReturnModel:
     @property
     def reliable(self) -> bool:
         return bool(self.shares) and bool(self.delays) and sum(self.shares) / len(self.shares) >= self.min_share
+
+    @property
+    def returning(self) -> bool:
+        """Waves come back reliably and the loop has not stopped (``stopped``)."""
+        return self.reliable and not self.stopped
 
     @property
     def independent(self) -> bool:
@@ -213,15 +242,16 @@ class ReturnModel:
 
     def expected(self, now: float) -> int:
         """Returns still expected at ``now`` from open waves whose allowance
-        has not passed (0 where waves do not come back reliably)."""
-        if not self.reliable:
+        has not passed (0 where waves do not come back reliably, or the loop stopped)."""
+        if not self.returning:
             return 0
         return sum(w.size - w.seen for w in self.open if now < w.start + self.allowance(w))
 
     def missing(self, now: float) -> int:
         """Returns not back yet from open waves still within their horizon at
-        ``now``, their allowance passed or not (0 where waves do not come back reliably)."""
-        if not self.reliable:
+        ``now``, their allowance passed or not (0 where waves do not come back reliably, or the
+        loop stopped)."""
+        if not self.returning:
             return 0
         return sum(w.size - w.seen for w in self.open if now <= self._closes_at(w))
 
@@ -233,4 +263,4 @@ class ReturnModel:
 
     def back(self, now: float) -> bool:
         """A reliable wave of several requests came back in full and nothing more is expected."""
-        return self.reliable and any(w.size > 1 and w.seen == w.size for w in self.open) and not self.expected(now)
+        return self.returning and any(w.size > 1 and w.seen == w.size for w in self.open) and not self.expected(now)
