@@ -7,16 +7,24 @@ one request at a time. docs/generation.md reports a run.
 
 The engine-alone and Sift arms run interleaved (per stream count, ``--rounds`` times), so
 both see the same machine; the median of Sift's tokens/s over the engine's is reported.
+On a shared machine that wall-clock ratio is as noisy as the load (and favours the arm with
+more processes), so each arm's CPU time per token is reported too (Linux ``/proc``): the
+engine alone (this process), and for Sift the engine's child, the server's own process and
+the client; the server's CPU per token over the engine's is Sift's overhead in CPU.
 
 The model is a random Qwen2 (hidden 512, 8 layers) built offline with a fixed seed and
 exported with optimum-intel, so nothing is downloaded; its answers are noise, its
-cost per token is that of a ~25M-parameter decoder. Pin it with ``taskset``."""
+cost per token is that of a ~25M-parameter decoder. Pin it with ``taskset``, or give
+``--engine-cpus`` and ``--client-cpus``: the engine alone and Sift's server and engine child
+then run on the first set, and the Sift arm's HTTP client on the second (so that the client's
+own work is not counted against the server, as the engine-alone arm has no client)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -66,6 +74,38 @@ def summary(ttfts: list[float], tokens: int, wall: float, streams: int) -> dict[
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def child_pids(pid: int) -> list[int]:
+    """A process's children (every thread's), e.g. the server's engine child."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` (and of its children) onto ``cpus``: the engine's own worker
+    threads already exist, and ``sched_setaffinity`` moves one thread at a time."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
+    for child in child_pids(pid):
+        pin(child, cpus)
+
+
+def cpu_per_token(seconds: float, tokens: int) -> float:
+    return round(seconds * 1000 / max(tokens, 1), 3)
+
+
 def transformers_arm(hf: Path, n_tokens: int, requests: int = 4) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -112,6 +152,7 @@ def engine_arm(pipe: Any, ov: Path, n_tokens: int, streams: int) -> dict[str, An
     config.max_new_tokens = config.min_new_tokens = n_tokens
     config.do_sample = False
     for _ in range(2):  # warm-up, then the measured round
+        cpu = own_cpu_seconds()
         started = time.perf_counter()
         handles = [pipe.add_request(i, ov_runtime.Tensor(np.asarray(ids)), config) for i in range(streams)]
         first: dict[int, float] = {}
@@ -124,10 +165,12 @@ def engine_arm(pipe: Any, ov: Path, n_tokens: int, streams: int) -> dict[str, An
                         tokens += len(output.generated_ids)
                     first.setdefault(i, time.perf_counter() - started)
         wall = time.perf_counter() - started
-    return summary(list(first.values()), tokens, wall, streams)
+        cpu = own_cpu_seconds() - cpu
+    measured = summary(list(first.values()), tokens, wall, streams)
+    return measured | {"engine_cpu_ms_per_token": cpu_per_token(cpu, tokens)}
 
 
-async def sift_arm(url: str, model: str, n_tokens: int, streams: int) -> dict[str, Any]:
+async def sift_arm(url: str, model: str, n_tokens: int, streams: int, server_pid: int) -> dict[str, Any]:
     import httpx
 
     body = {"model": model, "prompt": PROMPT, "max_tokens": n_tokens, "stream": True, "temperature": 0}
@@ -149,10 +192,19 @@ async def sift_arm(url: str, model: str, n_tokens: int, streams: int) -> dict[st
 
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
         await one(client, time.perf_counter())
+        engines = child_pids(server_pid)
+        cpu = [cpu_seconds(server_pid), sum(map(cpu_seconds, engines)), own_cpu_seconds()]
         started = time.perf_counter()
         results = await asyncio.gather(*(one(client, started) for _ in range(streams)))
         wall = time.perf_counter() - started
-    return summary([r[0] for r in results], sum(r[1] for r in results), wall, streams)
+        after = [cpu_seconds(server_pid), sum(map(cpu_seconds, engines)), own_cpu_seconds()]
+    server, engine, client = (b - a for a, b in zip(cpu, after, strict=True))
+    tokens = sum(r[1] for r in results)
+    return summary([r[0] for r in results], tokens, wall, streams) | {
+        "engine_cpu_ms_per_token": cpu_per_token(engine, tokens),
+        "server_cpu_ms_per_token": cpu_per_token(server, tokens),
+        "client_cpu_ms_per_token": cpu_per_token(client, tokens),
+    }
 
 
 def main() -> None:
@@ -162,7 +214,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=1, help="engine and Sift arms interleaved this many times")
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--engine-cpus", help="CPUs of the engine alone and of Sift's server (e.g. 0)")
+    parser.add_argument("--client-cpus", help="CPUs of the Sift arm's client (e.g. 1)")
     args = parser.parse_args()
+    if (args.engine_cpus is None) != (args.client_cpus is None):
+        parser.error("--engine-cpus and --client-cpus go together")
+    engine_cpus = {int(c) for c in args.engine_cpus.split(",")} if args.engine_cpus else None
+    client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
     hf, ov = build(args.out)
     streams = [int(s) for s in args.streams.split(",")]
     report: dict[str, Any] = {}
@@ -178,20 +236,38 @@ def main() -> None:
     (catalog / "g.yaml").write_text(catalog_entry("bench/generator", ov, "options:\n  engine_nice: 0\n"))
     serve_args = ["--catalog", str(catalog), "--preload", "bench/generator", "--torch-threads", "2"]
     server = start_server(serve_args, args.out / "server.log")
+    if engine_cpus is not None:
+        pin(server.process.pid, engine_cpus)
+        pin(os.getpid(), engine_cpus)  # the engine alone is built and runs in this process
     pipe = engine_pipeline(ov)
     report["engine_alone"], report["sift"] = [], []
     try:
         # Interleaved (engine, Sift) per stream count and round: both arms see the same load.
         for _ in range(args.rounds):
             for s in streams:
+                if engine_cpus is not None:
+                    pin(os.getpid(), engine_cpus)
                 report["engine_alone"].append(engine_arm(pipe, ov, args.tokens, s))
-                report["sift"].append(asyncio.run(sift_arm(server.url, "bench/generator", args.tokens, s)))
+                if client_cpus is not None:
+                    pin(os.getpid(), client_cpus)
+                report["sift"].append(
+                    asyncio.run(sift_arm(server.url, "bench/generator", args.tokens, s, server.process.pid))
+                )
     finally:
         server.stop()
     report["sift_over_engine_tokens_per_s"] = {
         str(s): statistics.median(
             sift["tokens_per_s_total"] / engine["tokens_per_s_total"]
             for engine, sift in zip(report["engine_alone"], report["sift"], strict=True)
+            if engine["streams"] == s
+        )
+        for s in streams
+    }
+    pairs = list(zip(report["engine_alone"], report["sift"], strict=True))
+    report["sift_server_cpu_over_engine_cpu"] = {
+        str(s): statistics.median(
+            sift["server_cpu_ms_per_token"] / engine["engine_cpu_ms_per_token"]
+            for engine, sift in pairs
             if engine["streams"] == s
         )
         for s in streams

@@ -240,3 +240,20 @@ async def test_other_models_and_bodies_answer_in_openai_words(client: Client) ->
     as_json = await http.post(ROUTE, json={"model": WHISPER})
     assert_openai(as_json, 400, "invalid_request")
     assert "multipart/form-data" in as_json.json()["error"]["message"]
+
+
+async def test_a_file_over_the_byte_limit_is_a_400_and_a_body_over_the_limit_a_413(client: Client) -> None:
+    from sift_server.core.transcriptions import MAX_AUDIO_BYTES
+
+    http, state = client
+    over_file = b"\x00" * (MAX_AUDIO_BYTES + 1)  # under the body limit: refused by the form's own bound
+    assert state.settings.max_body_bytes > MAX_AUDIO_BYTES + 1
+    response = await post(http, over_file)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "file" and f"over {MAX_AUDIO_BYTES} bytes" in error["message"]
+    assert error["type"] == "invalid_request_error"
+    over_body = b"\x00" * (state.settings.max_body_bytes + 1)  # refused from its Content-Length
+    response = await post(http, over_body)
+    assert response.status_code == 413, response.text
+    assert "exceeds the limit" in response.json()["error"]["message"]

@@ -1,5 +1,5 @@
 """A test-only generation adapter: the real OpenVINO GenAI engine, its steps paced
-(``step_ms`` apart) so that a test can act in the middle of a stream, and each
+(a token every ``step_ms``) so that a test can act in the middle of a stream, and each
 run the engine did not finish (closed early: a cancellation) written down in
 ``marker`` as the number of steps it had made."""
 
@@ -28,10 +28,13 @@ class PacedEngine:
         made, finished = 0, False
         try:
             async for step in steps:
-                await asyncio.sleep(self.step_s)
-                made += 1
-                finished = step.finish is not None
-                yield step
+                # One token per step_s: a step may join several the engine made while this
+                # slept (engine_process.joined); they are handed on one by one, paced.
+                for token_step in _one_by_one(step):
+                    await asyncio.sleep(self.step_s)
+                    made += 1
+                    finished = token_step.finish is not None
+                    yield token_step
         finally:
             await steps.aclose()
             if not finished and self.marker is not None:
@@ -43,6 +46,13 @@ class PacedEngine:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def _one_by_one(step: Step) -> list[Step]:
+    if len(step.ids) <= 1:
+        return [step]
+    last = len(step.ids) - 1
+    return [Step((token,), step.finish if i == last else None) for i, token in enumerate(step.ids)]
 
 
 class SlowGenerationAdapter(GenerationAdapter):

@@ -25,7 +25,7 @@ from sift_server.cluster.subjects import (
     heartbeat_key,
     work_subject,
 )
-from sift_server.errors import QueueFull, QueueTimeout, ShuttingDown
+from sift_server.errors import BodyTooLarge, QueueFull, QueueTimeout, ShuttingDown
 from tests.cluster.fakes import bare_gateway
 
 MODEL = "org/model"
@@ -42,6 +42,7 @@ class FakeNats:
         self.published: list[tuple[str, bytes, str, dict[str, str]]] = []
         self.sent = asyncio.Event()
         self.is_reconnecting = self.is_closed = self.is_draining = False
+        self.max_payload = 1_048_576  # what a nats-server's INFO says by default
 
     async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
         self.published.append((subject, payload, reply, dict(headers or {})))
@@ -91,6 +92,19 @@ def test_the_reply_is_not_held_behind_the_ack() -> None:
         assert await asyncio.wait_for(call, 1) == REPLY
         await gateway._on_ack(_msg(ack, STORED))  # late, harmless
         assert not gateway.pending and _refused(gateway) == 0 and _duplicates(gateway) == 0
+
+    asyncio.run(run())
+
+
+def test_a_request_over_the_servers_max_payload_is_a_413_before_publishing() -> None:
+    async def run() -> None:
+        gateway, nc = _gateway()
+        nc.max_payload = 100
+        big = WorkRequest(WORK.path, WORK.headers, b"x" * 200)
+        with pytest.raises(BodyTooLarge, match="at most 100 bytes") as raised:
+            await gateway.call(MODEL, big)
+        assert raised.value.status == 413
+        assert not nc.published and not gateway.pending
 
     asyncio.run(run())
 

@@ -58,6 +58,19 @@ async def test_concurrent_requests_get_their_own_greedy_answers(generator: Gener
         engine.close()
 
 
+def test_the_budget_counts_what_the_child_holds_and_its_kv_cache(generator: Generator) -> None:
+    engine = engine_for(generator.ov)
+    try:
+        status = Path(f"/proc/{engine.pid}/status").read_text()
+        resident = int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
+        weights = (generator.ov / "openvino_model.bin").stat().st_size
+        budget = engine.memory_bytes()
+        assert budget > weights + 2**30  # the runtime the child loaded counts, not the weights alone
+        assert abs(budget - (resident + 2**30)) < resident // 4  # as read after ready, give or take growth
+    finally:
+        engine.close()
+
+
 async def test_the_engine_runs_in_a_child_below_the_servers_priority(generator: Generator) -> None:
     engine = engine_for(generator.ov, nice=7)
     try:

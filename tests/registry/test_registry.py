@@ -101,6 +101,44 @@ async def test_cold_model_answers_loading_then_serves() -> None:
     await reg.close(0)
 
 
+async def test_a_peak_reported_while_loading_is_counted_until_the_load_ends() -> None:
+    from sift_server.adapters.load_peak import report_load_peak
+
+    loop = asyncio.get_running_loop()
+    reported, gate = threading.Event(), asyncio.Event()
+    fail = False
+
+    def loader(spec: ModelSpec) -> Adapter:
+        report_load_peak(80 * MB)  # a conversion in a child process, say
+        reported.set()
+        asyncio.run_coroutine_threadsafe(gate.wait(), loop).result()
+        if fail:
+            raise RuntimeError("the conversion died")
+        return FakeAdapter(10 * MB)
+
+    reg = registry(loader)
+    with pytest.raises(ModelLoading):
+        reg.ready_engine("a")
+    await asyncio.to_thread(reported.wait)
+    await asyncio.sleep(0)  # the report hops to the event loop
+    assert reg.residency.models["a"].bytes == 80 * MB and reg.residency.held_bytes() == 80 * MB
+    gate.set()
+    await reg.record("a").load_task  # type: ignore[misc]
+    assert reg.residency.models["a"].bytes == 10 * MB  # the loaded model's own size
+    # A failed load gives the peak back too.
+    fail, gate = True, asyncio.Event()
+    reported.clear()
+    with pytest.raises(ModelLoading):
+        reg.ready_engine("b")
+    await asyncio.to_thread(reported.wait)
+    await asyncio.sleep(0)
+    assert reg.residency.models["b"].bytes == 80 * MB
+    gate.set()
+    await reg.record("b").load_task  # type: ignore[misc]
+    assert reg.residency.models["b"].bytes == 0 and reg.residency.held_bytes() == 10 * MB
+    await reg.close(0)
+
+
 async def test_unknown_model_suggests_a_close_name() -> None:
     reg = registry(lambda spec: FakeAdapter(1))
     with pytest.raises(ModelNotFound, match="Did you mean 'a'"):

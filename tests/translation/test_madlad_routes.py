@@ -76,6 +76,8 @@ def server(hf_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         ["--catalog", str(catalog), "--preload", TINY_TRANSLATOR],
         root / "server.log",
         env={"SIFT_CACHE_DIR": str(cache)},
+        # The first start converts in a child at nice 19: slow on a busy machine.
+        ready_timeout=600.0,
     )
     proc.cache = cache  # type: ignore[attr-defined]
     yield proc

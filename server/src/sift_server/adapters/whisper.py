@@ -341,7 +341,7 @@ def _ctranslate2_whisper(ctx: LoadContext, device: torch.device) -> tuple[Any, i
         if engine == "ctranslate2":
             raise UnservableModel("options.engine ctranslate2 needs the ctranslate2 extra") from exc
         return None, 0
-    artifact = converted(ctx.path, ctx.cache_dir, "whisper")
+    artifact = converted(ctx.path, ctx.cache_dir, "whisper", threads=ctx.torch_threads)
     model = ctranslate2.models.Whisper(
         str(artifact), device="cpu", compute_type="float32", inter_threads=1, intra_threads=max(0, ctx.torch_threads)
     )

@@ -77,7 +77,7 @@ from sift_server.cluster.subjects import (
 )
 from sift_server.core.serve import new_request_id
 from sift_server.core.state import ServerState
-from sift_server.errors import InferenceError, QueueFull, QueueTimeout, ShuttingDown, SiftError
+from sift_server.errors import BodyTooLarge, InferenceError, QueueFull, QueueTimeout, ShuttingDown, SiftError
 from sift_server.generation import answers
 
 log = logging.getLogger(__name__)
@@ -597,6 +597,13 @@ class Gateway:
             PUBLISHED_HEADER: stamp(now),
         }
         payload = pack_request(work)
+        if len(payload) > self.nc.max_payload:
+            # The request travels whole in one NATS message: past the server's max_payload no worker can
+            # ever get it, which is the client's 413, not a queue to retry.
+            raise BodyTooLarge(
+                f"The request is {len(payload)} bytes; the work queue carries at most {self.nc.max_payload} bytes "
+                "per request (NATS max_payload)."
+            )
         subject = work_subject(model)
         waiting = Waiting(loop.create_future(), model, subject, payload, headers, self.connection, stamps)
         self.pending[request_id] = waiting

@@ -31,6 +31,21 @@ DEFAULT_MAX_SEQUENCES = 32
 DEFAULT_ENGINE_NICE = 19
 
 
+def plain_decode(tokenizer: Any) -> Any:
+    """The tokenizer's ``decode`` for a plain list of ids. transformers' public ``decode``
+    first walks the ids in Python to convert tensors and arrays (``to_py_obj``), then calls
+    ``_decode``; the answer's text is decoded whole at every step, and that walk was over a
+    third of the decoding's cost. Where the tokenizer keeps the base class's ``decode`` (so
+    ``_decode`` is all that follows for a list), ``_decode`` is called directly: the same
+    text (tests/generation/test_text_and_params.py checks it); else the public one."""
+    from transformers import PreTrainedTokenizerBase
+
+    direct = getattr(tokenizer, "_decode", None)
+    if direct is not None and type(tokenizer).decode is PreTrainedTokenizerBase.decode:
+        return direct
+    return tokenizer.decode
+
+
 class GenerationAdapter(Adapter):
     transformers_models = False
     loads_runtime_without_torch = True
@@ -40,6 +55,7 @@ class GenerationAdapter(Adapter):
 
     def __init__(self, tokenizer: Any, engine: GenerationEngine, limits: Limits, runtime: Mapping[str, Any]) -> None:
         self.tokenizer = tokenizer
+        self._decode = plain_decode(tokenizer)
         self.engine = engine
         self.limits = limits
         self.info = AdapterInfo(
@@ -101,7 +117,7 @@ class GenerationAdapter(Adapter):
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        return str(self._decode(list(ids), skip_special_tokens=True))
 
     # ---- the adapter contract --------------------------------------------------
 

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from sift_server.errors import SiftError
 
 DONE = b"data: [DONE]\n\n"
 
 
 def sse(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    # msgspec: one event per step and stream; json.dumps was about 5 % of the work per token.
+    return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:

@@ -45,7 +45,7 @@ class CTranslate2GenerationAdapter(GenerationAdapter):
             raise UnservableModel(
                 f"{folder} holds a {model_type} model; the ctranslate2 adapter serves T5-family models"
             )
-        artifact = converted(folder, ctx.cache_dir, "seq2seq")
+        artifact = converted(folder, ctx.cache_dir, "seq2seq", threads=ctx.torch_threads)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         if tokenizer.eos_token_id is None:
             raise UnservableModel(f"{folder}'s tokenizer names no end token")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sift_server.errors import InferenceError, ShuttingDown
-from sift_server.generation.engine import Step
+from sift_server.generation.engine import FinishReason, Step
 from sift_server.generation.params import Sampling
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ class _Child:
         self._receive = Connection(from_child_read, writable=False)
         try:
             self._wait_ready()
+            # What the loaded child holds (runtime, compiled model, weights as read), once.
+            self.resident = resident_bytes(self.process.pid)
         except BaseException:
             self._send.close()
             self._end_process()
@@ -174,13 +176,20 @@ class _Child:
         self._receive.close()
 
     def _deliver(self, made: list[tuple[int, tuple[int, ...], Any]]) -> None:
-        for request_id, ids, finish in made:
-            with self._lock:
+        # One wake-up of each event loop per step for all its requests, not one per request:
+        # each call_soon_threadsafe writes to the loop's self-pipe and runs a loop iteration.
+        posts: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Step]]] = {}
+        with self._lock:
+            for request_id, ids, finish in made:
                 request = self._running.get(request_id)
-                if request is not None and finish is not None:
+                if request is None:
+                    continue
+                if finish is not None:
                     del self._running[request_id]
-            if request is not None:
-                _post(request, Step(tuple(ids), finish))
+                posts.setdefault(request.loop, []).append((request, Step(tuple(ids), finish)))
+        for loop, items in posts.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+                loop.call_soon_threadsafe(_put_all, items)
 
     def _fail(self, request_id: int, error: BaseException) -> None:
         with self._lock:
@@ -202,6 +211,40 @@ class _Child:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def resident_bytes(pid: int) -> int | None:
+    """A process's resident memory (``VmRSS`` from Linux's ``/proc``); None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _put_all(items: list[tuple[_Request, Step]]) -> None:
+    for request, step in items:
+        request.out.put_nowait(step)
+
+
+def joined(first: Step, waiting: asyncio.Queue[Step | BaseException]) -> tuple[Step, BaseException | None]:
+    """``first`` and the steps already waiting behind it, as one step: a consumer that fell
+    behind the engine (a busy core) then decodes and sends them once, not once per step.
+    An error met behind them is handed back, to be raised after the joined step."""
+    if first.finish is not None or waiting.empty():
+        return first, None
+    ids = list(first.ids)
+    finish: FinishReason | None = None
+    while finish is None and not waiting.empty():
+        item = waiting.get_nowait()
+        if isinstance(item, BaseException):
+            return Step(tuple(ids), None), item
+        ids.extend(item.ids)
+        finish = item.finish
+    return Step(tuple(ids), finish), None
 
 
 def _post(request: _Request, item: Step | BaseException) -> None:
@@ -243,12 +286,14 @@ class ProcessEngine:
         while not child.submit(request_id, request, prompt_ids, sampling):
             child = await asyncio.to_thread(self._current)
         finished = False
+        behind: BaseException | None = None
         try:
             while True:
-                item = await request.out.get()
+                item = behind if behind is not None else await request.out.get()
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
+                item, behind = joined(item, request.out)
                 finished = item.finish is not None
                 yield item
                 if finished:
@@ -258,7 +303,11 @@ class ProcessEngine:
                 child.cancel(request_id)
 
     def memory_bytes(self) -> int:
-        return int(self._weights_bytes + self._kv_bytes)
+        """The child as loaded (its resident memory after it said ready: the runtime, the
+        compiled model and its weights; at least the weights' file where that cannot be read)
+        and the KV cache the pipeline may grow to (``kv_cache_gib``, taken as it runs)."""
+        loaded = max(self._child.resident or 0, self._weights_bytes)
+        return int(loaded + self._kv_bytes)
 
     def close(self) -> None:
         with self._start_lock:

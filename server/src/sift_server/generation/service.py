@@ -156,8 +156,7 @@ async def _made(run: Run) -> AsyncIterator[Piece]:
         async for step in steps:
             if step.ids and run.first_token is None:
                 run.first_token = time.perf_counter()
-            run.completion_tokens += len(step.ids)
-            delta = text.add(step.ids)
+            delta = _add(text, step.ids, run)
             if text.stopped or step.finish is not None:
                 run.finished = time.perf_counter()
                 yield Piece(delta + text.finish(), "stop" if text.stopped else step.finish, run.completion_tokens)
@@ -166,6 +165,22 @@ async def _made(run: Run) -> AsyncIterator[Piece]:
                 yield Piece(delta, None, run.completion_tokens)
     finally:
         await steps.aclose()
+
+
+def _add(text: AnswerText, ids: tuple[int, ...], run: Run) -> str:
+    """The text ``ids`` add, counted in the run's completion tokens. A step may join several
+    of the engine's (engine_process.joined); with stop sequences they go in one at a time,
+    so the count stops at the token that met one, as it would have unjoined."""
+    if len(ids) == 1 or not text.stops:
+        run.completion_tokens += len(ids)
+        return text.add(ids)
+    delta = []
+    for token in ids:
+        run.completion_tokens += 1
+        delta.append(text.add((token,)))
+        if text.stopped:
+            break
+    return "".join(delta)
 
 
 async def remote_pieces(run: Run, adapter: RemoteGenerationAdapter) -> AsyncIterator[Piece]:
@@ -198,26 +213,48 @@ async def until_gone(
     source: AsyncIterator[Piece], disconnected: Callable[[], Awaitable[Any]] | None
 ) -> AsyncIterator[Piece]:
     """``source`` until the client goes away; then it is closed (the engine drops
-    the request) instead of generating for nobody."""
-    gone: asyncio.Future[Any] | None = asyncio.ensure_future(disconnected()) if disconnected else None
+    the request) instead of generating for nobody.
+
+    The disconnect is watched by one task for the whole answer: when it fires while a piece
+    is awaited, the awaiting task is cancelled out of that wait (and un-cancelled here), so a
+    piece costs no task of its own (a task and an ``asyncio.wait`` per token were a visible
+    share of the server's work per token)."""
+    if disconnected is None:
+        try:
+            async for piece in source:
+                yield piece
+        finally:
+            await source.aclose()  # type: ignore[attr-defined]
+        return
+    gone: asyncio.Future[Any] = asyncio.ensure_future(disconnected())
+    reader: asyncio.Task[Any] | None = None  # the task awaiting a piece, while it does
+    interrupted = False
+
+    def interrupt(_: object) -> None:
+        nonlocal interrupted
+        if reader is not None and not gone.cancelled():
+            interrupted = True
+            reader.cancel()
+
+    gone.add_done_callback(interrupt)
     try:
-        while True:
-            following = asyncio.ensure_future(anext(source))
-            if gone is not None:
-                await asyncio.wait({following, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not following.done():
-                    following.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await following
-                    return
+        while not gone.done():
+            reader = asyncio.current_task()
             try:
-                piece = await following
+                piece = await anext(source)
             except StopAsyncIteration:
                 return
+            except asyncio.CancelledError:
+                assert reader is not None
+                if interrupted and reader.uncancel() == 0:
+                    return  # the client went away: not a cancellation of the caller
+                raise
+            finally:
+                reader = None
             yield piece
     finally:
-        if gone is not None:
-            gone.cancel()
+        gone.remove_done_callback(interrupt)
+        gone.cancel()
         with contextlib.suppress(RuntimeError):
             await source.aclose()  # type: ignore[attr-defined]
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sift_server.adapters import load_peak
 from sift_server.adapters.base import Adapter
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.model_engine import ModelEngine
@@ -264,9 +265,16 @@ class Registry:
             if recorded is not None:
                 first = None
             background = first is not None
-            adapter: Adapter = (
-                recorded if recorded is not None else await asyncio.to_thread(self._loader, first or spec)
-            )
+            if recorded is not None:
+                adapter: Adapter = recorded
+            else:
+                loop = asyncio.get_running_loop()
+
+                def peak(size: int) -> None:  # called from the loading thread
+                    loop.call_soon_threadsafe(self._load_peak, record, size)
+
+                with load_peak.listening(peak):
+                    adapter = await asyncio.to_thread(self._loader, first or spec)
         except Exception as exc:
             error_class, permanent_hint = _classify(exc)
             attempts = (record.last_error.attempts + 1) if record.last_error else 1
@@ -275,6 +283,7 @@ class Registry:
             record.last_error = LoadError(error_class, f"{type(exc).__name__}: {exc}", attempts, permanent)
             record.state = "failed"
             log.error("loading model %s failed: %s", spec.name, exc)
+            self.residency.set_bytes(spec.name, self._expected_bytes(record))  # a reported peak ends with the load
             self.residency.load_failed(spec.name)
             self.replan()
             return
@@ -312,6 +321,17 @@ class Registry:
                 self._decide(record, adapter), name=f"decide-{spec.name}"
             )
         # Its size is measured now: a model larger than expected may push others out.
+        self.replan()
+
+    def _load_peak(self, record: ModelRecord, size: int) -> None:
+        """The load in progress holds about ``size`` bytes for a while (adapters/load_peak.py:
+        a conversion's peak): the budget counts them until the load ends (then the
+        loaded model's measured size, or on failure its expected size)."""
+        name = record.spec.name
+        if record.state != "loading" or size <= self.residency.models[name].bytes:
+            return
+        log.info("model %s: its load holds about %.0f MiB for a while; the budget counts them", name, size / 2**20)
+        self.residency.set_bytes(name, size)
         self.replan()
 
     async def _decide(self, record: ModelRecord, serving: SwitchingAdapter) -> None:
