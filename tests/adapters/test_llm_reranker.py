@@ -83,3 +83,16 @@ def test_requests_it_cannot_take(adapter: LlmRerankerAdapter) -> None:
 def test_an_encoder_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnservableModel, match="not a causal language model"):
         LlmRerankerAdapter.load(load_context(build_tiny_embedder(tmp_path / "bert")))
+
+
+def test_an_auto_entry_runs_on_pytorch_and_exports_nothing(folder: Path, tmp_path: Path) -> None:
+    """The record runs llm-reranker on PyTorch only (no background decision is planned for it),
+    so ``auto`` must not export and time candidates in the loading process and then serve
+    another runtime, which its parity tests do not cover."""
+    import dataclasses
+
+    cache = tmp_path / "artifacts"
+    ctx = dataclasses.replace(load_context(folder, MAX_LENGTH), backend="auto", precision=None, cache_dir=cache)
+    loaded = LlmRerankerAdapter.load(ctx)
+    assert loaded.info.runtime["backend"] == "torch"
+    assert not cache.exists() or not any(cache.rglob("*"))

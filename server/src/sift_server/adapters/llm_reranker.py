@@ -19,6 +19,12 @@ prompt, an assistant turn. It takes no instruction (the reference server ignores
 The pieces are tokenized apart, as the reference server does, so a long document
 is cut to fit and the instruction and query are kept whole.
 
+The zerank-2 layout (``input_format: zerank``, the reference server's
+``native_causal_cross_encoder``): the folder's own chat template renders the pair (the
+query as a system turn, the document as a user turn) and the score is the raw logit of
+the one token its sentence-transformers ``LogitScore`` names (``score_mode: logit``);
+rows are whole, never cut (see ``_chat_pair_prompt``).
+
 Pairs are independent: every score request may share a forward with any other,
 the engine batches them like the cross-encoder's. The batch is padded on the
 left, so the last position is every row's last token. PyTorch only
@@ -29,13 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from sift_server.adapters._chat_pair_prompt import ChatPairPrompt, is_native_layout, read_native_layout
 from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
-from sift_server.adapters._st_layout import read_layout
+from sift_server.adapters._st_layout import read_json, read_layout
 from sift_server.adapters.backends.choice import open_runner
+from sift_server.adapters.backends.request import REFERENCE
 from sift_server.adapters.backends.seam import Graph, Runner
 from sift_server.adapters.backends.select import SCORES, select
 from sift_server.adapters.base import Adapter, AdapterInfo, LoadContext, Part, Prepared, ScoreTask, TaskInput
@@ -84,19 +93,21 @@ class Format:
 FORMATS = {
     "qwen3": Format("qwen3", "yes", "no", "log_softmax"),
     "mxbai": Format("mxbai", "1", "0", "logit_diff"),
+    # The answer token is the folder's (its LogitScore config), not a word.
+    "zerank": Format("zerank", "", "", "logit"),
 }
-SCORE_MODES = ("log_softmax", "logit_diff")
+SCORE_MODES = ("log_softmax", "logit_diff", "logit")
 
 
 class _AnswerLogits(Graph):
     """The causal LM: (input_ids, attention_mask), padded on the left -> logit(yes) - logit(no)
-    at the last position (only the two rows of the output head are computed)."""
+    at the last position, or logit(yes) alone without a ``no`` token."""
 
     kind = "llm-reranker"
     inputs = ("input_ids", "attention_mask")
     output = "relevance_logit"
 
-    def __init__(self, folder: Any, yes_id: int, no_id: int) -> None:
+    def __init__(self, folder: Any, yes_id: int, no_id: int | None) -> None:
         super().__init__(folder)
         self.yes_id, self.no_id = yes_id, no_id
 
@@ -115,6 +126,8 @@ class _AnswerLogits(Graph):
                 # logits_to_keep=1: the output head runs on the last position only.
                 logits = self.model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1).logits
                 last: torch.Tensor = logits[:, -1]
+                if no_id is None:
+                    return last[:, yes_id]
                 return last[:, yes_id] - last[:, no_id]
 
         return Module(AutoModelForCausalLM.from_pretrained(self.folder, local_files_only=True))
@@ -129,6 +142,14 @@ def _one_token(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
     if not ids:
         raise ValueError(f"the tokenizer has no token for {word!r}")
     return int(ids[0])
+
+
+class PairRows(Protocol):
+    """A prompt family's rows: one token row per text of a score task."""
+
+    max_length: int
+
+    def rows(self, task: ScoreTask) -> list[list[int]]: ...
 
 
 class Prompt:
@@ -187,6 +208,15 @@ class Prompt:
         return rows
 
 
+def _native_token(folder: Path) -> int:
+    """The token whose raw logit is the score, from the folder's LogitScore (checked in range)."""
+    token = read_native_layout(folder).true_token_id
+    vocab_size = read_json(folder / "config.json").get("vocab_size")
+    if isinstance(vocab_size, int) and token >= vocab_size:
+        raise ValueError(f"{folder}: the LogitScore token {token} is outside the vocabulary of {vocab_size}")
+    return token
+
+
 def _format(options: Mapping[str, Any]) -> Format:
     """The entry's ``input_format`` with its answer tokens and score mode, each overridable."""
     name = str(options.get("input_format") or "qwen3")
@@ -204,7 +234,7 @@ def _format(options: Mapping[str, Any]) -> Format:
 class LlmRerankerAdapter(Adapter):
     def __init__(
         self,
-        prompt: Prompt,
+        prompt: PairRows,
         runner: Runner,
         *,
         pad_id: int,
@@ -233,10 +263,22 @@ class LlmRerankerAdapter(Adapter):
             raise ValueError(f"{ADAPTER} runs on PyTorch only, not {ctx.backend!r}")
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         form = _format(ctx.options)
-        yes_id, no_id = _one_token(tokenizer, form.yes), _one_token(tokenizer, form.no)
         max_length = int(ctx.max_sequence_length or 8192)
-        default_instruction = str(ctx.options.get("default_instruction") or DEFAULT_INSTRUCTION)
-        prompt = Prompt(tokenizer, max_length, default_instruction, form.name)
+        prompt: PairRows
+        no_id: int | None
+        if form.name == "zerank":
+            yes_id, no_id = _native_token(ctx.path), None
+            prompt = ChatPairPrompt(tokenizer, max_length, ctx.path)
+        else:
+            if is_native_layout(ctx.path):
+                raise layout.fail(
+                    ADAPTER,
+                    "the folder is a CrossEncoder scoring the raw logit of one token over its chat template",
+                    "Serve it with input_format: zerank.",
+                )
+            yes_id, no_id = _one_token(tokenizer, form.yes), _one_token(tokenizer, form.no)
+            default_instruction = str(ctx.options.get("default_instruction") or DEFAULT_INSTRUCTION)
+            prompt = Prompt(tokenizer, max_length, default_instruction, form.name)
         pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         device = str(ctx.options.get("device") or "cpu")
         probe_rows = prompt.rows(ScoreTask(query=PROBE_QUERY, texts=PROBE_TEXTS))
@@ -246,7 +288,8 @@ class LlmRerankerAdapter(Adapter):
                 [_relevance(runner, probe_rows[i : i + BATCH], pad_id) for i in range(0, len(probe_rows), BATCH)]
             )
 
-        # The record runs it on PyTorch only (plan_load), so select opens the reference.
+        # The record runs it on PyTorch only: plan_load plans no background decision for it, so
+        # ``auto`` must not export and time candidates here either; the reference is the one choice.
         runner, runtime = select(
             ctx,
             _AnswerLogits(ctx.path, yes_id, no_id),
@@ -255,6 +298,7 @@ class LlmRerankerAdapter(Adapter):
             open_runner,
             device=device,
             probe_key=f"{max_length}",
+            supported=(REFERENCE,),
         )
         return cls(prompt, runner, pad_id=pad_id, runtime=runtime, score_mode=form.score_mode)
 
@@ -274,7 +318,7 @@ class LlmRerankerAdapter(Adapter):
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         rows = [row for part in parts for row in part.prepared.payload[part.start : part.stop]]
         logits = _relevance(self.runner, rows, self.pad_id).astype(np.float64)
-        scores = logits if self.score_mode == "logit_diff" else 1.0 / (1.0 + np.exp(-logits))
+        scores = 1.0 / (1.0 + np.exp(-logits)) if self.score_mode == "log_softmax" else logits
         return split_by_parts([float(s) for s in scores], parts)
 
     def memory_bytes(self) -> int:
