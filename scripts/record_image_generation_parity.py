@@ -22,6 +22,18 @@ answer one image.
   its steps around them: one user turn with the image and the task's prompt (or the
   instruction), greedy ``generate``, the new tokens decoded without special tokens,
   one entity labelled ``markdown`` or by its task.
+- ``glm_ocr``: the reference's ``transformers`` profile of GLM-OCR (its ``glm_ocr``
+  adapter): one user turn with the PIL image and the user text (or the instruction)
+  through the processor's ``apply_chat_template(tokenize=True)``, greedy (or beam)
+  ``generate``, the new tokens decoded without special tokens, one ``markdown`` entity.
+  The processor is the checkpoint's class built from its parts with no video processor
+  (the stock loader needs torchvision), so both sides read the same pixel values.
+- ``mineru``: the reference's ``mineru_vl`` adapter (MinerU2.5, a Qwen2-VL checkpoint):
+  one user turn with the image and the task's prompt (its table, written out here) or
+  the instruction, ``generate`` greedy (or beam) with ``repetition_penalty=1.0`` and
+  transformers' ``no_repeat_ngram_size`` (the reference's 100; the tiny catalog's 2, so
+  that the ban fires), the new tokens decoded without special tokens, one entity
+  labelled ``mineru_`` and the task. The processor as GLM-OCR's: built from its parts.
 
 The wire mapping of each family is sift_server's (adapters/_<family>_rules.py), shared
 with the adapter. Re-record after changing a tiny model, the images or the cases:
@@ -224,10 +236,102 @@ def _paddleocr_vl() -> Family:
     return Family(build_tiny_paddleocr_vl, load, paddleocr_vl_cases, catalog_options, answer)
 
 
+def _glm_ocr() -> Family:
+    from tests.fixtures.tiny_glm_ocr import build_tiny_glm_ocr, catalog_options, glm_ocr_cases
+
+    def load(folder: Path) -> tuple[Any, Any]:
+        from transformers import Glm46VProcessor, GlmOcrForConditionalGeneration
+        from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
+
+        from sift_server.adapters._image_only_processor import load_image_only_processor
+
+        processor = load_image_only_processor(folder, Glm46VProcessor, Glm46VImageProcessorPil, "glm-ocr")
+        return GlmOcrForConditionalGeneration.from_pretrained(folder).eval(), processor
+
+    def answer(model: Any, processor: Any, case: Mapping[str, Any], defaults: Mapping[str, Any], image: Any) -> Any:
+        import torch
+
+        from sift_server.adapters._ocr_vl_rules import GLM_USER_TEXT, wire_entities
+
+        options = case["options"]
+        text = case["instruction"] or GLM_USER_TEXT
+        messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]}]
+        inputs = processor.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+        )
+        prompt_length = inputs["input_ids"].shape[1]
+        with torch.inference_mode():
+            generated = model.generate(
+                **inputs,
+                max_new_tokens=options.get("max_new_tokens", defaults["max_new_tokens"]),
+                do_sample=False,
+                num_beams=options.get("num_beams", defaults["num_beams"]),
+            )
+        decoded = processor.decode(generated[0, prompt_length:], skip_special_tokens=True)
+        return {"text": decoded, "entities": wire_entities(decoded, "markdown")}
+
+    return Family(build_tiny_glm_ocr, load, glm_ocr_cases, catalog_options, answer)
+
+
+# The reference's MinerU prompts and labels (sie-server 0.10.1, adapters/mineru_vl), written
+# out apart from sift_server's table so that the recording checks it.
+_MINERU_PROMPTS = {
+    "[default]": ("\nText Recognition:", "mineru_text"),
+    "table": ("\nTable Recognition:", "mineru_table"),
+    "equation": ("\nFormula Recognition:", "mineru_equation"),
+    "image": ("\nImage Analysis:", "mineru_image"),
+    "chart": ("\nImage Analysis:", "mineru_chart"),
+    "[layout]": ("\nLayout Detection:", "mineru_layout"),
+}
+
+
+def _mineru() -> Family:
+    from tests.fixtures.tiny_mineru import build_tiny_mineru, catalog_options, mineru_cases
+
+    def load(folder: Path) -> tuple[Any, Any]:
+        from transformers import Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        from sift_server.adapters._image_only_processor import load_image_only_processor
+
+        processor = load_image_only_processor(folder, Qwen2VLProcessor, Qwen2VLImageProcessorPil, "mineru")
+        return Qwen2VLForConditionalGeneration.from_pretrained(folder).eval(), processor
+
+    def answer(model: Any, processor: Any, case: Mapping[str, Any], defaults: Mapping[str, Any], image: Any) -> Any:
+        import torch
+
+        from sift_server.adapters._ocr_vl_rules import wire_entities
+
+        options = case["options"]
+        prompt, label = _MINERU_PROMPTS[options.get("task", defaults["task"])]
+        messages = [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": case["instruction"] or prompt}]}
+        ]
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        inputs = processor(text=text, images=[image], return_tensors="pt")
+        prompt_length = inputs["input_ids"].shape[1]
+        with torch.inference_mode():
+            generated = model.generate(
+                **inputs,
+                max_new_tokens=options.get("max_new_tokens", defaults["max_new_tokens"]),
+                num_beams=options.get("num_beams", defaults["num_beams"]),
+                use_cache=True,
+                do_sample=False,
+                repetition_penalty=1.0,
+                no_repeat_ngram_size=defaults["no_repeat_ngram_size"],
+            )
+        decoded = processor.decode(generated[0, prompt_length:], skip_special_tokens=True)
+        return {"text": decoded, "entities": wire_entities(decoded, label)}
+
+    return Family(build_tiny_mineru, load, mineru_cases, catalog_options, answer)
+
+
 FAMILIES: dict[str, Callable[[], Family]] = {
     "donut": _donut,
     "florence2": _florence2,
+    "glm_ocr": _glm_ocr,
     "lighton_ocr": _lighton_ocr,
+    "mineru": _mineru,
     "paddleocr_vl": _paddleocr_vl,
 }
 

@@ -6,10 +6,6 @@ in theirs, 400s naming what a request got wrong, other architectures refused at 
 
 from __future__ import annotations
 
-import base64
-import io
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +17,21 @@ from sift_server.adapters.base import ExtractTask, Part
 from sift_server.adapters.lighton_ocr import LightOnOcrAdapter
 from sift_server.errors import InvalidInput
 from tests.adapters.conftest import load_context
+from tests.adapters.image_generation_cases import (
+    JSON,
+    assert_app_answers,
+    case_named,
+    catalog_entry,
+    page,
+    page_task,
+    post_options,
+    recorded_answers,
+    retyped,
+)
 from tests.adapters.test_clip import serving
-from tests.fixtures.tiny_detection import detection_images
 from tests.fixtures.tiny_lighton_ocr import TINY_LIGHTON_OCR, build_tiny_lighton_ocr, catalog_options, lighton_ocr_cases
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "lighton_ocr_parity.json"
-JSON = {"Accept": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -40,35 +45,17 @@ def adapter(folder: Path) -> LightOnOcrAdapter:
 
 
 def recorded() -> dict[str, list[dict[str, Any]]]:
-    answers: dict[str, list[dict[str, Any]]] = json.loads(FIXTURE.read_text())["answers"]
-    return answers
-
-
-def _pil(name: str) -> Any:
-    from PIL import Image
-
-    return Image.open(io.BytesIO(detection_images()[name][0])).convert("RGB")
-
-
-def _task(case: dict[str, Any], images: list[str] | None = None) -> ExtractTask:
-    names = images or case["images"]
-    return ExtractTask(
-        texts=[""] * len(names),
-        labels=(),
-        instruction=case["instruction"],
-        options=case["options"],
-        images=[(_pil(name),) for name in names],
-    )
+    return recorded_answers(FIXTURE)
 
 
 def _case(name: str) -> dict[str, Any]:
-    return next(case for case in lighton_ocr_cases() if case["name"] == name)
+    return case_named(lighton_ocr_cases(), name)
 
 
 @pytest.mark.parametrize("case", lighton_ocr_cases(), ids=lambda case: case["name"])
 def test_answers_equal_transformers_own(adapter: LightOnOcrAdapter, case: dict[str, Any]) -> None:
     """All of a case's pages (four sizes) in one forward answer as each page alone."""
-    (outputs,) = adapter.forward([Part(adapter.prepare(_task(case)), 0, len(case["images"]))])
+    (outputs,) = adapter.forward([Part(adapter.prepare(page_task(case)), 0, len(case["images"]))])
     for index, (result, want) in enumerate(zip(outputs, recorded()[case["name"]], strict=True)):
         assert set(result) == {"entities", "relations", "classifications", "objects", "data"}
         assert result["entities"] == want["entities"], f"{case['name']}[{index}]"
@@ -84,10 +71,10 @@ def test_the_recorded_answers_say_something() -> None:
 
 def test_same_size_pages_of_concurrent_requests_share_one_generate(adapter: LightOnOcrAdapter) -> None:
     case = _case("catalog-default")
-    first = adapter.prepare(_task(case, ["square_jpeg"]))
-    second = adapter.prepare(_task(case, ["square_jpeg", "wide_png"]))
+    first = adapter.prepare(page_task(case, ["square_jpeg"]))
+    second = adapter.prepare(page_task(case, ["square_jpeg", "wide_png"]))
     assert first.compat_key == second.compat_key
-    assert adapter.prepare(_task(_case("short"), ["square_jpeg"])).compat_key != first.compat_key
+    assert adapter.prepare(page_task(_case("short"), ["square_jpeg"])).compat_key != first.compat_key
     calls: list[int] = []
     hook = adapter.model.model.vision_encoder.register_forward_pre_hook(
         lambda _m, args, kwargs: calls.append(int((args[0] if args else kwargs["pixel_values"]).shape[0])),
@@ -116,11 +103,11 @@ def test_bad_requests_are_refused_by_name(adapter: LightOnOcrAdapter) -> None:
         ({"max_new_tokens": 500}, r"exceed the decoder's 512 positions"),
     ]:
         with pytest.raises(InvalidInput, match=match):
-            adapter.prepare(_task({**base, "options": options}))
+            adapter.prepare(page_task({**base, "options": options}))
     with pytest.raises(InvalidInput, match="has none"):
         adapter.prepare(ExtractTask(texts=["a"], labels=(), images=[()]))
     with pytest.raises(InvalidInput, match="does not apply to LightOnOCR"):
-        adapter.prepare(ExtractTask(texts=[""], labels=(), images=[(_pil("wide_png"),)], output_schema={"a": "str"}))
+        adapter.prepare(ExtractTask(texts=[""], labels=(), images=[(page("wide_png"),)], output_schema={"a": "str"}))
 
 
 def test_the_rules() -> None:
@@ -136,11 +123,7 @@ def test_the_rules() -> None:
 
 
 def test_other_architectures_and_bad_catalog_options_are_refused(folder: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "qwen3_5"
-    shutil.copytree(folder, copy)
-    config = json.loads((copy / "config.json").read_text())
-    config["model_type"] = "qwen3_5"
-    (copy / "config.json").write_text(json.dumps(config))
+    copy = retyped(folder, tmp_path / "qwen3_5", "qwen3_5")
     with pytest.raises(UnservableModel, match=r"not 'lighton_ocr'.*LightOnOCR-3"):
         LightOnOcrAdapter.load(load_context(copy))
     with pytest.raises(ValueError, match="num_beams"):
@@ -150,32 +133,14 @@ def test_other_architectures_and_bad_catalog_options_are_refused(folder: Path, t
 
 
 def entry(folder: Path) -> str:
-    options = "".join(f"  {key}: {value!r}\n" for key, value in catalog_options().items())
-    head = f"name: {TINY_LIGHTON_OCR}\nadapter: lighton-ocr\nsource:\n  path: {folder}\n"
-    return f"{head}tasks: [extract]\noptions:\n{options}"
+    return catalog_entry(TINY_LIGHTON_OCR, "lighton-ocr", folder, catalog_options())
 
 
 async def test_the_app_answers_the_recorded_markdown(folder: Path, tmp_path: Path) -> None:
     async with serving(tmp_path, {TINY_LIGHTON_OCR: entry(folder)}) as client:
-        for case in [_case("catalog-default"), _case("instruction")]:
-            items = []
-            for name in case["images"]:
-                data, fmt = detection_images()[name]
-                items.append({"images": [{"data": base64.b64encode(data).decode(), "format": fmt}]})
-            params: dict[str, Any] = {"options": case["options"]}
-            if case["instruction"]:
-                params["instruction"] = case["instruction"]
-            response = await client.post(
-                f"/v1/extract/{TINY_LIGHTON_OCR}", json={"items": items, "params": params}, headers=JSON
-            )
-            assert response.status_code == 200, response.text
-            for index, (item, want) in enumerate(zip(response.json()["items"], recorded()[case["name"]], strict=True)):
-                assert item["entities"] == want["entities"], f"{case['name']}[{index}]"
-        bad = await client.post(
-            f"/v1/extract/{TINY_LIGHTON_OCR}",
-            json={"items": items[:1], "params": {"options": {"num_beams": 0}}},
-            headers=JSON,
-        )
+        cases = [_case("catalog-default"), _case("instruction")]
+        await assert_app_answers(client, TINY_LIGHTON_OCR, cases, recorded())
+        bad = await post_options(client, TINY_LIGHTON_OCR, cases[-1]["images"][0], {"num_beams": 0})
         assert bad.status_code == 400
         assert bad.json()["detail"]["code"] == "INVALID_INPUT"
         text_only = await client.post(f"/v1/extract/{TINY_LIGHTON_OCR}", json={"items": [{"text": "a"}]}, headers=JSON)

@@ -7,10 +7,6 @@ the task's prompt and label, same-shaped pages of several requests in one
 
 from __future__ import annotations
 
-import base64
-import io
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +18,17 @@ from sift_server.adapters.base import ExtractTask, Part
 from sift_server.adapters.paddleocr_vl import PaddleOcrVlAdapter
 from sift_server.errors import InvalidInput
 from tests.adapters.conftest import load_context
+from tests.adapters.image_generation_cases import (
+    assert_app_answers,
+    case_named,
+    catalog_entry,
+    page_task,
+    post_options,
+    recorded_answers,
+    retyped,
+    without_one_weight,
+)
 from tests.adapters.test_clip import serving
-from tests.fixtures.tiny_detection import detection_images
 from tests.fixtures.tiny_paddleocr_vl import (
     TINY_PADDLEOCR_VL,
     build_tiny_paddleocr_vl,
@@ -32,7 +37,6 @@ from tests.fixtures.tiny_paddleocr_vl import (
 )
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "paddleocr_vl_parity.json"
-JSON = {"Accept": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -46,35 +50,17 @@ def adapter(folder: Path) -> PaddleOcrVlAdapter:
 
 
 def recorded() -> dict[str, list[dict[str, Any]]]:
-    answers: dict[str, list[dict[str, Any]]] = json.loads(FIXTURE.read_text())["answers"]
-    return answers
-
-
-def _pil(name: str) -> Any:
-    from PIL import Image
-
-    return Image.open(io.BytesIO(detection_images()[name][0])).convert("RGB")
-
-
-def _task(case: dict[str, Any], images: list[str] | None = None) -> ExtractTask:
-    names = images or case["images"]
-    return ExtractTask(
-        texts=[""] * len(names),
-        labels=(),
-        instruction=case["instruction"],
-        options=case["options"],
-        images=[(_pil(name),) for name in names],
-    )
+    return recorded_answers(FIXTURE)
 
 
 def _case(name: str) -> dict[str, Any]:
-    return next(case for case in paddleocr_vl_cases() if case["name"] == name)
+    return case_named(paddleocr_vl_cases(), name)
 
 
 @pytest.mark.parametrize("case", paddleocr_vl_cases(), ids=lambda case: case["name"])
 def test_answers_equal_transformers_own(adapter: PaddleOcrVlAdapter, case: dict[str, Any]) -> None:
     """All of a case's pages (four sizes) in one forward answer as each page alone."""
-    (outputs,) = adapter.forward([Part(adapter.prepare(_task(case)), 0, len(case["images"]))])
+    (outputs,) = adapter.forward([Part(adapter.prepare(page_task(case)), 0, len(case["images"]))])
     for index, (result, want) in enumerate(zip(outputs, recorded()[case["name"]], strict=True)):
         assert set(result) == {"entities", "relations", "classifications", "objects", "data"}
         assert result["entities"] == want["entities"], f"{case['name']}[{index}]"
@@ -90,10 +76,10 @@ def test_the_recorded_answers_say_something() -> None:
 
 def test_same_shaped_pages_of_concurrent_requests_share_one_generate(adapter: PaddleOcrVlAdapter) -> None:
     case = _case("catalog-default")
-    first = adapter.prepare(_task(case, ["square_jpeg"]))
-    second = adapter.prepare(_task(case, ["square_jpeg", "wide_png"]))
+    first = adapter.prepare(page_task(case, ["square_jpeg"]))
+    second = adapter.prepare(page_task(case, ["square_jpeg", "wide_png"]))
     assert first.compat_key == second.compat_key
-    assert adapter.prepare(_task(_case("table"), ["square_jpeg"])).compat_key != first.compat_key
+    assert adapter.prepare(page_task(_case("table"), ["square_jpeg"])).compat_key != first.compat_key
     calls: list[int] = []
     hook = adapter.model.model.visual.register_forward_pre_hook(
         lambda _m, args, kwargs: calls.append(1), with_kwargs=True
@@ -121,7 +107,7 @@ def test_bad_requests_are_refused_by_name(adapter: PaddleOcrVlAdapter) -> None:
         ({"max_new_tokens": 500}, r"exceed the decoder's 512 positions"),
     ]:
         with pytest.raises(InvalidInput, match=match):
-            adapter.prepare(_task({**base, "options": options}))
+            adapter.prepare(page_task({**base, "options": options}))
     with pytest.raises(InvalidInput, match="has none"):
         adapter.prepare(ExtractTask(texts=["a"], labels=(), images=[()]))
 
@@ -137,21 +123,10 @@ def test_the_rules() -> None:
 
 
 def test_other_folders_and_bad_catalog_options_are_refused(folder: Path, tmp_path: Path) -> None:
-    other = tmp_path / "other"
-    shutil.copytree(folder, other)
-    config = json.loads((other / "config.json").read_text())
-    config["model_type"] = "qwen2_vl"
-    (other / "config.json").write_text(json.dumps(config))
+    other = retyped(folder, tmp_path / "other", "qwen2_vl")
     with pytest.raises(UnservableModel, match=r"not 'paddleocr_vl'"):
         PaddleOcrVlAdapter.load(load_context(other))
-    partial = tmp_path / "partial"
-    shutil.copytree(folder, partial)
-    from safetensors.torch import load_file, save_file
-
-    weights = load_file(partial / "model.safetensors")
-    dropped = next(name for name in sorted(weights) if "norm" in name)
-    del weights[dropped]
-    save_file(weights, partial / "model.safetensors", metadata={"format": "pt"})
+    partial = without_one_weight(folder, tmp_path / "partial")
     with pytest.raises(UnservableModel, match="weights missing"):
         PaddleOcrVlAdapter.load(load_context(partial))
     with pytest.raises(InvalidInput, match="'task'"):
@@ -161,32 +136,14 @@ def test_other_folders_and_bad_catalog_options_are_refused(folder: Path, tmp_pat
 
 
 def entry(folder: Path) -> str:
-    options = "".join(f"  {key}: {value!r}\n".replace("'", '"') for key, value in catalog_options().items())
-    head = f"name: {TINY_PADDLEOCR_VL}\nadapter: paddleocr-vl\nsource:\n  path: {folder}\n"
-    return f"{head}tasks: [extract]\noptions:\n{options}"
+    return catalog_entry(TINY_PADDLEOCR_VL, "paddleocr-vl", folder, catalog_options())
 
 
 async def test_the_app_answers_the_recorded_text(folder: Path, tmp_path: Path) -> None:
     async with serving(tmp_path, {TINY_PADDLEOCR_VL: entry(folder)}) as client:
-        for case in [_case("catalog-default"), _case("instruction")]:
-            items = []
-            for name in case["images"]:
-                data, fmt = detection_images()[name]
-                items.append({"images": [{"data": base64.b64encode(data).decode(), "format": fmt}]})
-            params: dict[str, Any] = {"options": case["options"]}
-            if case["instruction"]:
-                params["instruction"] = case["instruction"]
-            response = await client.post(
-                f"/v1/extract/{TINY_PADDLEOCR_VL}", json={"items": items, "params": params}, headers=JSON
-            )
-            assert response.status_code == 200, response.text
-            for index, (item, want) in enumerate(zip(response.json()["items"], recorded()[case["name"]], strict=True)):
-                assert item["entities"] == want["entities"], f"{case['name']}[{index}]"
-        bad = await client.post(
-            f"/v1/extract/{TINY_PADDLEOCR_VL}",
-            json={"items": items[:1], "params": {"options": {"task": "layout"}}},
-            headers=JSON,
-        )
+        cases = [_case("catalog-default"), _case("instruction")]
+        await assert_app_answers(client, TINY_PADDLEOCR_VL, cases, recorded())
+        bad = await post_options(client, TINY_PADDLEOCR_VL, cases[-1]["images"][0], {"task": "layout"})
         assert bad.status_code == 400
         assert bad.json()["detail"]["code"] == "INVALID_INPUT"
         assert "'task'" in bad.json()["detail"]["message"]

@@ -103,12 +103,18 @@ class ChatOcrAdapter(ImageGenerationAdapter[ChatOcrRequest, ChatOcrPage]):
     def messages(self, request: ChatOcrRequest) -> list[dict[str, Any]]:
         """The chat the reference builds for one page (the image as a placeholder)."""
 
+    def generate_options(self) -> dict[str, Any]:
+        """The model's own ``generate`` settings beyond the request's (none by default)."""
+        return {}
+
     def prepare_image(self, image: Image, request: ChatOcrRequest) -> ChatOcrPage:
         text = self.processor.apply_chat_template(self.messages(request), add_generation_prompt=True, tokenize=False)
-        inputs = {
-            name: np.asarray(value)
-            for name, value in self.processor(text=text, images=[image], return_tensors="np").items()
-        }
+        try:
+            processed = self.processor(text=text, images=[image], return_tensors="np")
+        except ValueError as exc:
+            # The image processors refuse what they cannot resize (an aspect ratio past 200:1).
+            raise InvalidInput(f"this model cannot read the image ({image.width} x {image.height}): {exc}") from exc
+        inputs = {name: np.asarray(value) for name, value in processed.items()}
         length = int(inputs["input_ids"].shape[1])
         if length + request.max_new_tokens > self.max_positions:
             raise InvalidInput(
@@ -141,6 +147,7 @@ class ChatOcrAdapter(ImageGenerationAdapter[ChatOcrRequest, ChatOcrPage]):
                 num_beams=request.num_beams,
                 do_sample=False,
                 pad_token_id=self.pad_token_id,
+                **self.generate_options(),
             )
             for i, row in zip(indices, generated[:, first.prompt_length :].tolist(), strict=True):
                 rows[i] = through_end(row, self.end_ids)

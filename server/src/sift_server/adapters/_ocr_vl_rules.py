@@ -1,7 +1,8 @@
 """The plain rules of the OCR vision-language models as the reference server applies
-them (sie-server 0.10.1's ``lighton_ocr`` adapter in its ``transformers`` profile, and
-its ``paddleocr_vl`` adapter), free of torch: the chat messages, the generation
-settings a request may override, and the one entity the answer becomes.
+them (sie-server 0.10.1's ``lighton_ocr`` and ``glm_ocr`` adapters in their
+``transformers`` profiles, its ``paddleocr_vl`` and ``mineru_vl`` adapters), free of
+torch: the chat messages, the generation settings a request may override, and the one
+entity the answer becomes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,26 @@ PADDLE_TASK_PROMPTS: Mapping[str, str] = {
 _PADDLE_MARKDOWN_TASKS = frozenset({"ocr", "table", "formula", "chart"})
 PADDLE_DEFAULT_TASK = "ocr"
 PADDLE_MAX_NEW_TOKENS = 4096
+
+# GLM-OCR: the reference's default user text (its catalog's ``transformers`` profile).
+GLM_USER_TEXT = "Text Recognition:"
+GLM_MAX_NEW_TOKENS = 8192
+
+# MinerU2.5's tasks and their prompts (mineru_vl_utils' client, as the reference maps them: the
+# bracketed names and the prompts' leading newline are theirs), and the answer's label per task.
+MINERU_TASK_PROMPTS: Mapping[str, str] = {
+    "[default]": "\nText Recognition:",
+    "table": "\nTable Recognition:",
+    "equation": "\nFormula Recognition:",
+    "image": "\nImage Analysis:",
+    "chart": "\nImage Analysis:",
+    "[layout]": "\nLayout Detection:",
+}
+_MINERU_LABEL_SUFFIX: Mapping[str, str] = {"[default]": "text", "[layout]": "layout"}
+MINERU_DEFAULT_TASK = "[default]"
+MINERU_MAX_NEW_TOKENS = 4096
+# The reference bans any repeat of a 100-token sequence (its guard against runaway loops).
+MINERU_NO_REPEAT_NGRAM_SIZE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +110,38 @@ def paddle_request(
 
 def paddle_messages(text: str | None) -> list[dict[str, Any]]:
     """The reference's PaddleOCR-VL conversation: one user turn, the image then the prompt."""
+    return user_turn(text)
+
+
+def glm_request(
+    options: Mapping[str, Any], instruction: str | None, *, user_text: str, max_new_tokens: int, num_beams: int
+) -> ChatOcrRequest:
+    """GLM-OCR: the instruction replaces the catalog's user text; the answer is Markdown.
+    The reference reads no ``task`` option for this model (its prompt is the text)."""
+    new_tokens, beams = _lengths(options, max_new_tokens, num_beams)
+    return ChatOcrRequest(instruction or user_text, MARKDOWN, new_tokens, beams)
+
+
+def mineru_task(value: Any) -> str:
+    if not isinstance(value, str) or value not in MINERU_TASK_PROMPTS:
+        raise InvalidInput(f"Option 'task' must be one of {', '.join(MINERU_TASK_PROMPTS)}; got {value!r}.")
+    return value
+
+
+def mineru_request(
+    options: Mapping[str, Any], instruction: str | None, *, default_task: str, max_new_tokens: int, num_beams: int
+) -> ChatOcrRequest:
+    """MinerU2.5: ``options.task`` picks the prompt, which the instruction replaces if
+    sent; the answer is labelled ``mineru_`` and the task (``text`` for ``[default]``,
+    ``layout`` for ``[layout]``)."""
+    task = mineru_task(options.get("task", default_task))
+    new_tokens, beams = _lengths(options, max_new_tokens, num_beams)
+    label = f"mineru_{_MINERU_LABEL_SUFFIX.get(task, task)}"
+    return ChatOcrRequest(instruction or MINERU_TASK_PROMPTS[task], label, new_tokens, beams)
+
+
+def user_turn(text: str | None) -> list[dict[str, Any]]:
+    """One user turn: the image, then the prompt (PaddleOCR-VL's, GLM-OCR's and MinerU's chat)."""
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text or ""}]}]
 
 
