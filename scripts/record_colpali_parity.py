@@ -12,10 +12,14 @@ ColQwen2 (tests/fixtures/tiny_colpali.py), called as the reference server (sie-s
 - scores: the processor's own ``score_retrieval`` (MaxSim) of the query's vectors against
   each candidate's, one candidate at a time (so no zero padding enters a max).
 
-colpali-engine 0.3.18 was tried first: it does not import here (it needs torchvision, which
-Sift does not install), and its model classes read its own checkpoint layout, not the
-``-hf`` one these adapters serve. Run (the tiny models are rebuilt from fixed seeds;
-nothing is downloaded):
+ColQwen2's model answers come from colpali-engine 0.3.18's own ``ColQwen2`` (the class the
+ColQwen2 checkpoints were trained with) holding the ``-hf`` model's weights, given where the
+image tokens are (``mm_token_type_ids``, as colpali-engine's processor gives them): it places
+image tokens by Qwen2-VL's 2-D rotary positions, where transformers' ``ColQwen2ForRetrieval``
+numbers them as text (its forward passes the language model embeddings only); texts are the
+same in both. The inputs stay transformers' processor's (the ``-hf`` folder's). colpali-engine
+is imported as Sift imports it (adapters/colvision.py: without torchvision). Run (the tiny
+models are rebuilt from fixed seeds; nothing is downloaded):
 
     .venv/bin/python scripts/record_colpali_parity.py
 """
@@ -54,6 +58,21 @@ def _f(x: Any) -> float:
     return float(f"{float(x):.7g}")
 
 
+def _colpali_engine_colqwen2(hf_model: Any) -> Any:
+    """colpali-engine's ``ColQwen2`` with the weights of transformers' ``ColQwen2ForRetrieval``
+    (the same backbone; the projection sized to the ``-hf`` model's)."""
+    import torch
+
+    from sift_server.adapters.colvision import colpali_engine_models
+
+    model = colpali_engine_models().ColQwen2(hf_model.config.vlm_config)
+    model.custom_text_proj = torch.nn.Linear(model.custom_text_proj.in_features, hf_model.config.embedding_dim)
+    weights = dict(hf_model.vlm.state_dict())
+    weights.update({f"custom_text_proj.{k}": v for k, v in hf_model.embedding_proj_layer.state_dict().items()})
+    model.load_state_dict(weights, strict=True)
+    return model.eval()
+
+
 class Reference:
     def __init__(self, folder: Path, colpali: bool) -> None:
         import torch
@@ -63,6 +82,7 @@ class Reference:
         classes = (ColPaliForRetrieval, ColPaliProcessor) if colpali else (ColQwen2ForRetrieval, ColQwen2Processor)
         self.model = classes[0].from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval()
         self.processor = classes[1].from_pretrained(folder, local_files_only=True)
+        self.colqwen2 = None if colpali else _colpali_engine_colqwen2(self.model)
         # As the reference decodes them: Pillow's RGB conversion (alpha dropped).
         self.images = [Image.open(io.BytesIO(data)).convert("RGB") for data in image_bytes()]
 
@@ -70,7 +90,11 @@ class Reference:
         import torch
 
         with torch.inference_mode():
-            embeddings = self.model(**batch, use_cache=False).embeddings
+            if self.colqwen2 is None:
+                embeddings = self.model(**batch, use_cache=False).embeddings
+            else:
+                image_tokens = batch["input_ids"] == self.model.config.vlm_config.image_token_id
+                embeddings = self.colqwen2(**batch, mm_token_type_ids=image_tokens.to(torch.int64))
             embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=-1)
         mask = batch["attention_mask"].bool()
         return [embeddings[i][mask[i]] for i in range(embeddings.shape[0])]
@@ -99,7 +123,8 @@ class Reference:
 
 def main() -> None:
     out: dict[str, Any] = {
-        "recorded_with": "transformers ColPaliForRetrieval / ColQwen2ForRetrieval and their processors",
+        "recorded_with": "transformers ColPaliForRetrieval and processors; colpali-engine 0.3.18 ColQwen2 "
+        "holding the ColQwen2ForRetrieval weights, with transformers' ColQwen2Processor",
         "models": {},
     }
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,8 @@
 """ColPaliAdapter on a tiny random ColPali (PaliGemma) and ColQwen2 (Qwen2-VL): page
 images and text queries to multivectors, and MaxSim scores, equal within 1e-5 to
-transformers' own classes called as the reference server calls them (recorded once,
-tests/adapters/parity/colpali_reference.json), in process and over HTTP; answers that do
+transformers' own classes called as the reference server calls them (ColQwen2's model answers:
+colpali-engine's ``ColQwen2`` on the same weights, whose image tokens get 2-D positions; recorded
+once, tests/adapters/parity/colpali_reference.json), in process and over HTTP; answers that do
 not depend on what shares the forward; folders it cannot serve refused at load; clear 4xx."""
 
 from __future__ import annotations
@@ -17,10 +18,17 @@ import numpy as np
 import pytest
 
 from sift_server.adapters._refusal import UnservableModel
-from sift_server.adapters.base import EncodeTask, Part, ScoreTask, TaskInput
+from sift_server.adapters.base import EncodeTask, ScoreTask
 from sift_server.adapters.colpali import ColPaliAdapter
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context, serving_one_entry
+from tests.adapters.multivector_tasks import (
+    assert_close_vectors,
+    decode_pages,
+    pages_encode_task,
+    pages_score_task,
+    run,
+)
 from tests.adapters.parity.colpali_cases import EMBED_CASES, FIXTURE, MODELS, SCORE_CASES, TOL
 from tests.fixtures.tiny_colpali import (
     EMBEDDING_DIM,
@@ -53,39 +61,19 @@ def adapters(folders: dict[str, Path]) -> dict[str, ColPaliAdapter]:
 @cache
 def decoded_images() -> list[Any]:
     """The parity images as the service decodes them (service/images.py)."""
-    from sift_server.service.images import RawImage, decode_image
-
-    return [decode_image(RawImage(data, "png", f"image {i}"), 50_000_000) for i, data in enumerate(image_bytes())]
-
-
-def _texts_and_images(items: list[dict[str, Any]]) -> tuple[list[str], list[tuple[Any, ...]]]:
-    images = decoded_images()
-    return [item.get("text", "") for item in items], [
-        tuple(images[i] for i in item.get("images", [])) for item in items
-    ]
+    return decode_pages(image_bytes())
 
 
 def encode_task(case: dict[str, Any], **options: Any) -> EncodeTask:
-    """The task service/encode builds from the case's request."""
-    texts, images = _texts_and_images(case["items"])
-    return EncodeTask(texts=texts, images=images, is_query=case["is_query"], options=options)
+    return pages_encode_task(case, decoded_images(), **options)
 
 
 def score_task(case: dict[str, Any]) -> ScoreTask:
-    texts, images = _texts_and_images(case["items"])
-    return ScoreTask(query=case["query"], texts=texts, images=images)
-
-
-def run(adapter: ColPaliAdapter, *tasks: TaskInput) -> list[list[Any]]:
-    prepared = [adapter.prepare(task) for task in tasks]
-    return adapter.forward([Part(p, 0, len(p.item_costs)) for p in prepared])
+    return pages_score_task(case, decoded_images())
 
 
 def assert_vectors(got: list[np.ndarray], expected: list[Any]) -> None:
-    assert len(got) == len(expected)
-    for vectors, want in zip(got, expected, strict=True):
-        assert np.asarray(vectors).shape == np.asarray(want).shape
-        np.testing.assert_allclose(vectors, want, atol=TOL, rtol=0)
+    assert_close_vectors(got, expected, TOL)
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -18,10 +18,17 @@ import numpy as np
 import pytest
 
 from sift_server.adapters._refusal import UnservableModel
-from sift_server.adapters.base import EncodeTask, Part, ScoreTask, TaskInput
+from sift_server.adapters.base import EncodeTask, ScoreTask
 from sift_server.adapters.colvision import ColVisionAdapter
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context, serving_one_entry
+from tests.adapters.multivector_tasks import (
+    assert_close_vectors,
+    decode_pages,
+    pages_encode_task,
+    pages_score_task,
+    run,
+)
 from tests.adapters.parity.colvision_cases import EMBED_CASES, FIXTURE, SCORE_CASES, TOL, expected_items
 from tests.fixtures.tiny_colpali import image_bytes
 from tests.fixtures.tiny_colvision import (
@@ -66,45 +73,22 @@ def adapter(folder: Path) -> ColVisionAdapter:
     return ColVisionAdapter.load(load_context(folder, **BOUNDS))
 
 
-def _decode(data: list[bytes]) -> list[Any]:
-    from sift_server.service.images import RawImage, decode_image
-
-    return [decode_image(RawImage(raw, "png", f"image {i}"), 50_000_000) for i, raw in enumerate(data)]
-
-
 @cache
 def decoded_images() -> list[Any]:
     """The parity images as the service decodes them (service/images.py)."""
-    return _decode(colvision_images())
-
-
-def _texts_and_images(items: list[dict[str, Any]]) -> tuple[list[str], list[tuple[Any, ...]]]:
-    images = decoded_images()
-    return [item.get("text", "") for item in items], [
-        tuple(images[i] for i in item.get("images", [])) for item in items
-    ]
+    return decode_pages(colvision_images())
 
 
 def encode_task(case: dict[str, Any]) -> EncodeTask:
-    texts, images = _texts_and_images(case["items"])
-    return EncodeTask(texts=texts, images=images, is_query=case["is_query"])
+    return pages_encode_task(case, decoded_images())
 
 
 def score_task(case: dict[str, Any]) -> ScoreTask:
-    texts, images = _texts_and_images(case["items"])
-    return ScoreTask(query=case["query"], texts=texts, images=images)
-
-
-def run(adapter: ColVisionAdapter, *tasks: TaskInput) -> list[list[Any]]:
-    prepared = [adapter.prepare(task) for task in tasks]
-    return adapter.forward([Part(p, 0, len(p.item_costs)) for p in prepared])
+    return pages_score_task(case, decoded_images())
 
 
 def assert_vectors(got: list[np.ndarray], expected: list[Any]) -> None:
-    assert len(got) == len(expected)
-    for vectors, want in zip(got, expected, strict=True):
-        assert np.asarray(vectors).shape == np.asarray(want).shape
-        np.testing.assert_allclose(vectors, want, atol=TOL, rtol=0)
+    assert_close_vectors(got, expected, TOL)
 
 
 @pytest.mark.parametrize("case", EMBED_CASES, ids=lambda case: case["name"])
@@ -134,7 +118,7 @@ def test_requests_sharing_a_forward_get_their_own_answers(adapter: ColVisionAdap
 def test_resized_pages_differ_only_by_the_resizer(adapter: ColVisionAdapter) -> None:
     """A page the processor resizes: Pillow here, torchvision in the recording; the same
     token count, vectors close (docs/models.md gives the figure)."""
-    images = _decode(image_bytes(RESIZED_SPECS))
+    images = decode_pages(image_bytes(RESIZED_SPECS))
     (items,) = run(adapter, EncodeTask(texts=["", ""], images=[(images[0],), (images[1],)]))
     for item, want in zip(items, recorded()["resized_pages"], strict=True):
         assert item["multivector"].shape == np.asarray(want).shape
@@ -185,9 +169,9 @@ def test_folders_it_cannot_serve_exactly_are_refused(folder: Path, tmp_path: Pat
     assert ColVisionAdapter.load(load_context(hub_base, base={"path": "base"})).info.dims == {"multivector": 128}
     other = shutil.copytree(folder.parent / "base", tmp_path / "other-base")
     base_config = json.loads((other / "config.json").read_text())
-    base_config["model_type"] = "idefics3"
+    base_config["model_type"] = "qwen2_vl"
     (other / "config.json").write_text(json.dumps(base_config))
-    with pytest.raises(UnservableModel, match="not 'idefics3'"):
+    with pytest.raises(UnservableModel, match="not 'qwen2_vl'"):
         ColVisionAdapter.load(load_context(folder, base={"path": str(other)}))
     config["peft_type"] = "IA3"
     (hub_base / "adapter_config.json").write_text(json.dumps(config))

@@ -1,7 +1,7 @@
 """The released ``sie-sdk`` 0.10.1 (Python 3.12, ``.venv/sie-compat``) on the tiny ColPali
 and ColQwen2, against ``sift serve`` and through the gateway (tests/compat/conftest.py):
 every parity case's multivectors (page images and text queries) and MaxSim scores equal
-transformers' recorded ones (tests/adapters/parity/colpali_reference.json) within 1e-5."""
+the recorded ones (tests/adapters/parity/colpali_reference.json) within 1e-5."""
 
 from __future__ import annotations
 

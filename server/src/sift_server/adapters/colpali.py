@@ -4,7 +4,8 @@ multivectors (one vector per token of the model's sequence), and MaxSim scores.
 Served with transformers' own classes, in their ``-hf`` folder layout:
 ``ColPaliForRetrieval`` + ``ColPaliProcessor`` (PaliGemma backbone, e.g.
 ``vidore/colpali-v1.3-hf``) and ``ColQwen2ForRetrieval`` + ``ColQwen2Processor``
-(Qwen2-VL backbone, e.g. ``vidore/colqwen2-v1.0-hf``). Other layouts are refused at load
+(Qwen2-VL backbone, e.g. ``vidore/colqwen2-v1.0-hf``; its image tokens given Qwen2-VL's 2-D
+rotary positions, as colpali-engine's ``ColQwen2`` gives them). Other layouts are refused at load
 (docs/models.md, "Document-image retrievers", says which and why).
 
 What a vector is, as the reference server makes it for ``vidore/colpali-v1.3-hf``:
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     import torch
     from PIL.Image import Image
 
-Family = Literal["colpali", "colqwen2", "colqwen2_5"]
+Family = Literal["colpali", "colqwen2", "colqwen2_5", "colidefics3"]
 # The reference catalog's text limit for these models when the entry sets none.
 DEFAULT_MAX_LENGTH = 2048
 # The backbones each family's transformers class is served with (what the parity covers).
@@ -66,11 +67,13 @@ _BACKBONES: dict[str, str] = {"colpali": "paligemma", "colqwen2": "qwen2_vl"}
 @dataclass(frozen=True, slots=True)
 class Row:
     """One sequence for the model: its token ids and, for an image, its pixels
-    (ColPali: ``(3, h, w)``; ColQwen2: ``(patches, features)`` with its ``grid``)."""
+    (ColPali: ``(3, h, w)``; ColQwen2: ``(patches, features)`` with its ``grid``; colSmol:
+    ``(tiles, 3, h, w)`` with its ``pixel_mask``)."""
 
     ids: list[int]
     pixels: np.ndarray | None = None
     grid: tuple[int, int, int] | None = None
+    pixel_mask: np.ndarray | None = None
 
 
 # An item: one row per image, or one text row.
@@ -285,8 +288,28 @@ class ColPaliAdapter(Adapter):
 
     def _call_model(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """The model's ``(batch, sequence, dims)`` vectors for one padded batch."""
+        if self.family == "colqwen2" and "image_grid_thw" in inputs:
+            inputs["position_ids"] = self._image_positions(inputs)
         embeddings: torch.Tensor = self.model(**inputs, use_cache=False).embeddings
         return embeddings
+
+    def _image_positions(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Qwen2-VL's rotary positions (2-D for the image tokens), as colpali-engine's ``ColQwen2``
+        (the class the checkpoints were trained with) gives them: transformers'
+        ``ColQwen2ForRetrieval`` passes its language model the embeddings alone, which then numbers
+        image tokens as text. Padding-aware, so a row's answer does not depend on its batch."""
+        import torch
+
+        ids = inputs["input_ids"]
+        image_tokens = (ids == int(self.model.config.vlm_config.image_token_id)).to(torch.int64)
+        positions, _ = self.model.vlm.get_rope_index(
+            ids,
+            image_grid_thw=inputs["image_grid_thw"],
+            attention_mask=inputs["attention_mask"],
+            mm_token_type_ids=image_tokens,
+        )
+        result: torch.Tensor = positions
+        return result
 
     def _pixel_inputs(self, rows: Sequence[Row]) -> dict[str, torch.Tensor]:
         import torch
