@@ -38,6 +38,7 @@ def main(url: str, spec: dict[str, Any], api_key: str | None = None) -> dict[str
                     {"text": case["query"]},
                     [{"id": str(i), "text": text} for i, text in enumerate(case["texts"])],
                     instruction=case.get("instruction"),
+                    options=case.get("options"),
                 )
                 by_item = sorted(result["scores"], key=lambda entry: int(entry["item_id"]))
                 out["score"][case["name"]] = [float(entry["score"]) for entry in by_item]

@@ -213,6 +213,15 @@ def _variant(folder: Path, tmp_path: Path, name: str, path: str, change: dict[st
         ),
         # gte-Qwen2, NV-Embed-v2 and llama-embed-nemotron map their architecture to repository code.
         ("repository-code", "config.json", {"auto_map": {"AutoModel": "modeling_qwen.Qwen2Model"}}, "repository code"),
+        # gte-Qwen2's config asks for bidirectional attention (with its repository code): that reason first.
+        (
+            "bidirectional",
+            "config.json",
+            {"is_causal": False, "auto_map": {"AutoModel": "modeling_qwen.Qwen2Model"}},
+            "is_causal false",
+        ),
+        # Without repository code transformers' own class would attend bidirectionally: refused all the same.
+        ("bidirectional-stock", "config.json", {"is_causal": False}, "attends bidirectionally"),
     ],
 )
 def test_the_families_sift_cannot_serve_exactly_are_refused_at_load(

@@ -3,6 +3,8 @@ catalog's other decoder families (the tiny Mistral-family embedder with ``append
 the tiny mxbai-rerank-v2 reranker of tests/fixtures/tiny_decoder.py), against ``sift serve``
 and through the gateway (tests/compat/conftest.py): every parity case's answer equals the
 reference's recorded one (tests/adapters/parity/decoder_families_reference.json) within 1e-5.
+The tiny zerank-2 reranker too: its answers sie-server 0.10.1's (zerank_reference.json), its
+refusals (an instruction, a row over the limit) errors as there.
 The driver is the decoder family's (scripts/decoder_parity_driver.py)."""
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from tests.adapters.parity.decoder_cases import (
     MISTRAL_EMBEDDER,
     MXBAI_RERANKER,
     MXBAI_SCORE_CASES,
+    ZERANK_FIXTURE,
+    ZERANK_RERANKER,
+    ZERANK_SCORE_CASES,
 )
 from tests.compat.conftest import COMPAT_PYTHON, KEY
 from tests.fixtures.server_process import ServerProcess
@@ -38,9 +43,7 @@ def recorded() -> dict[str, Any]:
     return data
 
 
-def _answers(url: str) -> dict[str, Any]:
-    spec = {"embedder": MISTRAL_EMBEDDER, "reranker": MXBAI_RERANKER, "embed": MISTRAL_EMBED_CASES}
-    spec["score"] = MXBAI_SCORE_CASES
+def _drive(url: str, spec: dict[str, Any]) -> dict[str, Any]:
     done = subprocess.run(
         [str(COMPAT_PYTHON), str(DRIVER), url, json.dumps(spec), KEY],
         capture_output=True,
@@ -49,6 +52,15 @@ def _answers(url: str) -> dict[str, Any]:
         check=True,
     )
     answers: dict[str, Any] = json.loads(done.stdout)
+    return answers
+
+
+def _answers(url: str) -> dict[str, Any]:
+    spec = {"embedder": MISTRAL_EMBEDDER, "reranker": MXBAI_RERANKER, "embed": MISTRAL_EMBED_CASES}
+    spec["score"] = MXBAI_SCORE_CASES
+    answers = _drive(url, spec)
+    zerank = {"embedder": "", "reranker": ZERANK_RERANKER, "embed": [], "score": ZERANK_SCORE_CASES}
+    answers["zerank"] = _drive(url, zerank)["score"]
     return answers
 
 
@@ -76,3 +88,21 @@ def test_the_mxbai_reranker_through_the_sdk_equals_the_library(answers: dict[str
     got = answers["score"][case["name"]]
     assert not isinstance(got, dict), got
     np.testing.assert_allclose(got, recorded()["score_mxbai"][case["name"]], atol=TOL, rtol=0)
+
+
+@cache
+def zerank_recorded() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ROOT / "tests" / "adapters" / "parity" / ZERANK_FIXTURE).read_text())["score"]
+    return data
+
+
+@pytest.mark.parametrize("case", ZERANK_SCORE_CASES, ids=lambda case: case["name"])
+def test_zerank_through_the_sdk_equals_the_reference_server(answers: dict[str, Any], case: dict[str, Any]) -> None:
+    got, want = answers["zerank"][case["name"]], zerank_recorded()[case["name"]]
+    if isinstance(want, dict):
+        # The reference refused it (400): so does Sift, as the same kind of SDK error.
+        assert isinstance(got, dict), got
+        assert got["error"].split(":")[0] == want["error"].split(":")[0], (got, want)
+        return
+    assert not isinstance(got, dict), got
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=0)

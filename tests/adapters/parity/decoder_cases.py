@@ -163,3 +163,37 @@ MXBAI_SCORE_CASES: list[dict[str, Any]] = [
     {"name": "default", "query": RERANK_QUERY, "texts": RERANK_DOCS},
     {"name": "instruction", "query": RERANK_QUERY, "texts": RERANK_DOCS[:3], "instruction": "Judge geography"},
 ]
+
+
+# ---- zerank-2 (tests/fixtures/tiny_decoder.py build_tiny_zerank) ----
+# Recorded from sie-server 0.10.1's own native_causal_cross_encoder adapter through sie-sdk
+# (scripts/record_zerank_parity.py) into ZERANK_FIXTURE.
+ZERANK_FIXTURE = "zerank_reference.json"
+ZERANK_RERANKER = "tiny/zerank"
+ZERANK_MAX_SEQ = 256
+
+
+def zerank_entry(folder: str) -> str:
+    return (
+        f"adapter: llm-reranker\nsource:\n  path: {folder}\ntasks: [score]\nbackend: torch\n"
+        f"max_sequence_length: {ZERANK_MAX_SEQ}\noptions:\n  input_format: zerank\n"
+    )
+
+
+ZERANK_DOCS = [
+    "The capital of China is Beijing.",
+    "Gravity is a force that attracts two bodies towards each other.",
+    "Beijing",
+    # Rows of different lengths share a forward, padded on the left.
+    "A longer document about cities, rivers and mountains, " * 3,
+]
+# Each case: the request; "error" cases are answered 400 by the reference (its message recorded).
+ZERANK_SCORE_CASES: list[dict[str, Any]] = [
+    {"name": "pairs", "query": RERANK_QUERY, "texts": ZERANK_DOCS},
+    {"name": "unicode", "query": "東京はどこ? Where is Tokyo?", "texts": ["東京は日本の首都です。", "x", " spaces "]},
+    {"name": "max-seq-length", "query": RERANK_QUERY, "texts": ZERANK_DOCS[:3], "options": {"max_seq_length": 128}},
+    {"name": "instruction", "query": RERANK_QUERY, "texts": ZERANK_DOCS[:2], "instruction": "Judge geography"},
+    # The whole row is over the entry's limit: refused, never cut.
+    {"name": "too-long", "query": RERANK_QUERY, "texts": ["short", "far too long for the limit " * 12]},
+    {"name": "too-long-for-the-option", "query": RERANK_QUERY, "texts": ZERANK_DOCS, "options": {"max_seq_length": 64}},
+]

@@ -104,7 +104,20 @@ def finish(vectors: np.ndarray, dimensions: int, normalize: bool) -> np.ndarray:
     return np.ascontiguousarray(cut, dtype=np.float32)
 
 
+# Bidirectional decoder embedders (gte-Qwen2, stella 1.5B, GritLM) are not served: each runs its
+# repository's modeling file at the reference (no genuine answer to check a stock-class forward
+# against exists offline), so the reason is named before the generic repository-code one.
+BIDIRECTIONAL = (
+    "its config.json sets is_causal false: the model attends bidirectionally, which gte-Qwen2 and stella "
+    "compute in their repository's modeling file (GritLM in its own, under a forward flag); this adapter "
+    "computes causal attention and has no genuine reference to show a bidirectional forward equal to the "
+    "model's recipe"
+)
+
+
 def check_folder(layout: FolderLayout) -> None:
+    if read_json(layout.folder / "config.json").get("is_causal") is False:
+        raise layout.fail(ADAPTER, BIDIRECTIONAL)
     check_common(layout, ADAPTER, ("Transformer", "Pooling", "Normalize"))
     if layout.pooling_modes and layout.pooling_modes != ("lasttoken",):
         raise layout.fail(
