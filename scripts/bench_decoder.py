@@ -27,6 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench_timing import corpus, items_per_second, largest_differences, report  # noqa: E402
 
+from sift_bench.workload.decoder_models import build_minilm_qwen3_embedder as build  # noqa: E402
+
 WORDS = [
     "the",
     "search",
@@ -46,25 +48,6 @@ WORDS = [
     "every",
     "query",
 ]
-
-
-def build(folder: Path) -> Path:
-    import torch
-    from transformers import Qwen3Config, Qwen3Model
-
-    from tests.fixtures import tiny_decoder
-
-    tiny_decoder.build_tiny_qwen3_embedder(folder)
-    torch.manual_seed(0)
-    small = Qwen3Config.from_pretrained(folder)
-    config = Qwen3Config(
-        vocab_size=small.vocab_size, pad_token_id=small.pad_token_id, hidden_size=384, intermediate_size=1536,
-        num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
-    )  # fmt: skip
-    Qwen3Model(config).eval().save_pretrained(folder)
-    pooling = folder / "1_Pooling" / "config.json"
-    pooling.write_text(pooling.read_text().replace('"word_embedding_dimension": 32', '"word_embedding_dimension": 384'))
-    return folder
 
 
 def main() -> None:

@@ -36,30 +36,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench_timing import corpus, items_per_second, largest_differences, report  # noqa: E402
 
+from sift_bench.workload.m3_models import build_minilm_m3 as build  # noqa: E402
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 WORDS = ["the", "capital", "of", "China", "is", "Beijing", "what", "gravity", "force", "bodies", "sparse", "search"]
 WORDS += ["team", "wants", "its", "model", "served", "with", "answers"]
-
-
-def build(folder: Path) -> Path:
-    import torch
-    from transformers import XLMRobertaConfig, XLMRobertaModel
-
-    from tests.fixtures import tiny_m3
-
-    tiny_m3.build_tiny_m3(folder, max_positions=514)
-    torch.manual_seed(0)
-    small = XLMRobertaConfig.from_pretrained(folder)
-    config = XLMRobertaConfig(
-        vocab_size=small.vocab_size, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-        intermediate_size=1536, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
-        bos_token_id=0, eos_token_id=2,
-    )  # fmt: skip
-    XLMRobertaModel(config).eval().save_pretrained(folder)
-    torch.save(torch.nn.Linear(384, 384).state_dict(), folder / "colbert_linear.pt")
-    torch.save(torch.nn.Linear(384, 1).state_dict(), folder / "sparse_linear.pt")
-    return folder
 
 
 def main() -> None:

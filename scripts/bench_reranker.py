@@ -32,25 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from bench_decoder import WORDS  # noqa: E402
 from bench_timing import corpus, items_per_second, largest_differences, report  # noqa: E402
 
+from sift_bench.workload.decoder_models import build_minilm_qwen3_reranker as build  # noqa: E402
+
 QUERY = "what does the search team want from its model server?"
-
-
-def build(folder: Path) -> Path:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from tests.fixtures import tiny_decoder
-
-    tiny_decoder.build_tiny_qwen3_reranker(folder)
-    torch.manual_seed(0)
-    small = Qwen3Config.from_pretrained(folder)
-    config = Qwen3Config(
-        vocab_size=small.vocab_size, pad_token_id=small.pad_token_id, hidden_size=384, intermediate_size=1536,
-        num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
-        tie_word_embeddings=True,
-    )  # fmt: skip
-    Qwen3ForCausalLM(config).eval().save_pretrained(folder)
-    return folder
 
 
 def main() -> None:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +63,28 @@ def test_default_pinning_uses_two_cpus_when_there_are_two() -> None:
 def test_fresh_cache_is_a_flag_off_by_default() -> None:
     assert not build_parser().parse_args(["bench"]).fresh_cache
     assert build_parser().parse_args(["bench", "--fresh-cache"]).fresh_cache
+
+
+@pytest.mark.parametrize("head", ["decoder", "llm-reranker", "bge-m3"])
+def test_a_family_head_is_a_choice_and_sets_what_every_request_asks(
+    head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sift_bench.run import runner
+    from sift_bench.workload import heads
+    from sift_bench.workload.request import RequestSpec
+
+    asked = RequestSpec("encode", more_output_types=("sparse",))
+    monkeypatch.setattr(heads, "build", lambda name, root: (f"bench/{name}", tmp_path, asked))
+    seen: list[Any] = []
+
+    def stop(config: Any) -> None:
+        seen.append(config)
+        raise ValueError("stop before serving")
+
+    monkeypatch.setattr(runner, "run_bench", stop)
+    assert bench_cli.run(["--head", head, "--arm", "torch", "--out", str(tmp_path / "out")]) == 2
+    [config] = seen
+    assert config.model == f"bench/{head}" and tmp_path in config.catalogs
+    assert config.request == asked  # the head's request, not the --primitive default
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--head", "qwen3"])

@@ -132,14 +132,21 @@ def _answer(spec: RequestSpec, body: dict[str, Any], keep: int | None) -> dict[s
         return {"model": "m", "scores": [{"item_id": f"item-{i}", "score": 0.5, "rank": i} for i in range(n)]}
     if spec.primitive == "extract":
         return {"model": "m", "items": [{"id": f"item-{i}", "entities": [], "classifications": []} for i in range(n)]}
-    sparse = {"indices": [1, 5], "values": [0.5, 0.25], "dims": 30522}
-    return {"model": "m", "items": [{"sparse": sparse} for _ in range(n)]}
+    outputs = {
+        "dense": {"dims": 4, "dtype": "float32", "values": nd(np.full(4, 0.5, dtype=np.float32))},
+        "sparse": {"indices": [1, 5], "values": [0.5, 0.25], "dims": 30522},
+        "multivector": {"dims": 4, "dtype": "float32", "values": nd(np.full((3, 4), 0.5, dtype=np.float32))},
+    }
+    asked = body["params"]["output_types"]
+    return {"model": "m", "items": [{output: outputs[output] for output in asked} for _ in range(n)]}
 
 
 SPECS = [
     RequestSpec("extract", labels=("a", "b")),
     RequestSpec("score", query="q"),
     RequestSpec("encode", output_type="sparse"),
+    # BGE-M3's three outputs of one forward in one request (the bge-m3 bench head).
+    RequestSpec("encode", more_output_types=("sparse", "multivector")),
 ]
 
 
@@ -171,12 +178,48 @@ async def test_transport_runs_every_primitive_and_checks_one_result_per_text(kin
             assert seen[0]["body"]["params"]["labels"] == ["a", "b"]
         if spec.primitive == "score":
             assert seen[0]["body"]["query"]["text"] == "q"
-        if spec.output_type == "sparse":
-            assert seen[0]["body"]["params"]["output_types"] == ["sparse"]
+        if spec.primitive == "encode":
+            assert seen[0]["body"]["params"]["output_types"] == list(spec.output_types)
         short = await transport.send("req-2", ["one", "two"])
         assert not short.ok
     finally:
         await transport.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sdk", "httpx"])
+async def test_an_answer_without_one_of_the_outputs_asked_for_is_invalid(kind: str) -> None:
+    spec = RequestSpec("encode", more_output_types=("sparse", "multivector"))
+
+    def server(request: httpx.Request) -> httpx.Response:
+        answer = _answer(spec, msgpack.unpackb(request.content, raw=False), None)
+        for item in answer["items"]:
+            del item["multivector"]
+        return httpx.Response(
+            200,
+            content=msgpack.packb(answer, use_bin_type=True),
+            headers={"Content-Type": "application/msgpack", "X-Request-ID": request.headers["x-request-id"]},
+        )
+
+    cls = SdkTransport if kind == "sdk" else HttpxTransport
+    transport = cls(
+        "http://bench.test", "m", None, max_connections=1, timeout=5.0,
+        http_transport=httpx.MockTransport(server), spec=spec,
+    )  # fmt: skip
+    try:
+        outcome = await transport.send("req-1", ["one", "two"])
+        assert not outcome.ok and "multivector" in (outcome.error or "")
+    finally:
+        await transport.aclose()
+
+
+def test_a_spec_survives_its_json_round_trip() -> None:
+    import dataclasses
+
+    spec = RequestSpec("encode", more_output_types=("sparse", "multivector"), labels=("a",))
+    assert RequestSpec.from_fields(json.loads(json.dumps(dataclasses.asdict(spec)))) == spec
+    assert spec.output_types == ("dense", "sparse", "multivector") and not spec.dense_only
+    assert RequestSpec().dense_only and not RequestSpec("score").dense_only
+    assert spec.body(["x"])["params"] == {"output_types": ["dense", "sparse", "multivector"]}
 
 
 def test_mixed_workload_spreads_lengths_up_to_the_models_limit() -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from sift_bench.workload import heads
+from sift_bench.workload.request import RequestSpec
 from sift_server.adapters._extract_common import catalog_threshold
+from sift_server.adapters.records import RECORDS
 from sift_server.registry.catalog import load_spec, resolve_local_path
 
 
@@ -19,6 +21,8 @@ def fake_builder(calls: list[Path]) -> heads.Builder:
         (folder / "gliner_config.json").write_text("{}", encoding="utf-8")
         (folder / "config.json").write_text("{}", encoding="utf-8")
         (folder / "model.safetensors").write_bytes(b"")
+        (folder / "modules.json").write_text("[]", encoding="utf-8")
+        (folder / "sparse_linear.pt").write_bytes(b"")
 
     return build
 
@@ -33,20 +37,37 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 @pytest.mark.parametrize("head", heads.HEADS)
 def test_every_head_has_a_valid_catalog_entry(tmp_path: Path, built: list[Path], head: str) -> None:
-    name, catalog, labels = heads.build(head, tmp_path)
+    name, catalog, request = heads.build(head, tmp_path)
     [entry] = [p for p in catalog.glob("*.yaml") if load_spec(p).name == name]
     spec = load_spec(entry)
-    assert spec.adapter == head and spec.tasks == ["extract"]
+    assert spec.adapter == heads._HEADS[head].adapter
     assert resolve_local_path(spec) == tmp_path / heads._HEADS[head].folder
-    assert labels and len(set(labels)) == len(labels)
+    # Every request of the head asks for a task of its model, and outputs its adapter has.
+    assert request.primitive in spec.tasks
+    record = RECORDS[spec.adapter]
+    assert request.primitive in record.tasks
+    if request.primitive == "encode":
+        assert set(request.output_types) <= set(record.encode_outputs)
+    if request.primitive == "extract":
+        assert request.labels and len(set(request.labels)) == len(request.labels)
+
+
+def test_each_retrieval_head_asks_what_a_user_of_its_family_sends(tmp_path: Path, built: list[Path]) -> None:
+    assert heads.build("decoder", tmp_path)[2] == RequestSpec("encode")
+    assert heads.build("llm-reranker", tmp_path)[2].primitive == "score"
+    m3 = heads.build("bge-m3", tmp_path)[2]
+    assert m3.output_types == ("dense", "sparse", "multivector")
+    decoder = load_spec(tmp_path / "catalog" / "qwen3-embedding-minilm.yaml")
+    assert decoder.options["query_template"] == "Instruct: {instruction}\nQuery:{text}"
 
 
 def test_gliner_head_sends_entity_labels_under_the_librarys_threshold(tmp_path: Path, built: list[Path]) -> None:
-    name, catalog, labels = heads.build("gliner", tmp_path)
+    name, catalog, request = heads.build("gliner", tmp_path)
     spec = load_spec(catalog / "gliner-minilm.yaml")
     assert name == "bench/gliner-minilm"
     assert catalog_threshold(spec.options, None) == heads.GLINER_THRESHOLD == 0.5
-    assert {"person", "location", "organization"} <= set(labels)
+    assert request.primitive == "extract"
+    assert {"person", "location", "organization"} <= set(request.labels)
 
 
 def test_a_head_is_built_once_and_reused(tmp_path: Path, built: list[Path]) -> None:

@@ -163,7 +163,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     runs.add_argument(
         "--head",
         choices=HEADS,
-        help="serve a test head built on the packaged all-MiniLM-L6-v2 weights (sets the primitive)",
+        help="serve a MiniLM-sized test head, built offline once: zero-shot extract heads on the packaged "
+        "all-MiniLM-L6-v2 weights (gliclass, gliner) or random models of MiniLM's size in a retrieval "
+        "family's layout (decoder: Qwen3-Embedding, dense encode of documents; llm-reranker: "
+        "Qwen3-Reranker, score; bge-m3: dense, sparse and multivector encode); sets the request",
     )
     runs.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for a server's /readyz")
 
@@ -320,9 +323,8 @@ def main(args: argparse.Namespace) -> int:
         from sift_bench.workload import heads
 
         print(f"sift bench: building the {args.head} test head (once; cached under {HEADS_CACHE})", file=sys.stderr)
-        model, head_catalog, labels = heads.build(args.head, HEADS_CACHE)
+        model, head_catalog, request = heads.build(args.head, HEADS_CACHE)
         catalogs.append(head_catalog)
-        request = RequestSpec("extract", labels=tuple(labels))
 
     policies = args.arm or ([] if args.rev else list(POLICIES))
     arms: list[Arm] = [_make_arm(p) for p in dict.fromkeys(policies)]

@@ -41,7 +41,7 @@ class RawTransport:
         self._free = asyncio.Semaphore(max_connections)
 
     def _check_body(self, content: bytes, items: int) -> str | None:
-        if self.spec.primitive == "encode" and self.spec.output_type == "dense":
+        if self.spec.dense_only:
             return validate_dense(decode_encode_response(content, items), items, self.dims)
         return check_answer(self.spec, msgpack.unpackb(content, raw=False, strict_map_key=False), items)
 

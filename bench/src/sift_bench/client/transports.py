@@ -160,12 +160,13 @@ class SdkTransport(_HookedClient):
         if spec.primitive == "extract":
             results = await self._client.extract(self.model, texts, labels=list(spec.labels))
             return _count(results, len(texts), "extract results")
-        if spec.output_type == "dense":
+        if spec.dense_only:
             return validate_dense(await self._client.encode(self.model, texts), len(texts), self.dims)
-        response = await self._client.encode_full(self.model, texts, output_types=[spec.output_type])
+        response = await self._client.encode_full(self.model, texts, output_types=list(spec.output_types))
         error = _count(response.items, len(texts), "encoded items")
-        if error is None and not all(spec.output_type in item for item in response.items):
-            error = f"an item lacks its {spec.output_type} output"
+        for output in spec.output_types:
+            if error is None and not all(item.get(output) is not None for item in response.items):
+                error = f"an item lacks its {output} output"
         return error
 
     def _refusal(self) -> str | None:
@@ -186,7 +187,7 @@ class HttpxTransport(_HookedClient):
         self._url = f"{base_url}/v1/{self.spec.route}/{self.model}"
 
     def _check_body(self, content: bytes, items: int) -> str | None:
-        if self.spec.primitive == "encode" and self.spec.output_type == "dense":
+        if self.spec.dense_only:
             return validate_dense(decode_encode_response(content, items), items, self.dims)
         return check_answer(self.spec, msgpack.unpackb(content, raw=False, strict_map_key=False), items)
 

@@ -50,7 +50,7 @@ def preparer(adapter: Any, request: RequestSpec = ENCODE_DENSE) -> Callable[[lis
         elif request.primitive == "extract":
             task = ExtractTask(texts, list(request.labels))
         else:
-            task = EncodeTask(texts)
+            task = EncodeTask(texts, output_types=request.output_types)
         return adapter.prepare(task)
 
     return prepare
@@ -174,13 +174,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     def note(size: int) -> None:
         print(f"ceiling: batch {size} done", file=sys.stderr, flush=True)
 
-    fields = json.loads(args.request)
-    if "labels" in fields:
-        fields["labels"] = tuple(fields["labels"])
     texts = texts_for(args.workload, seed=args.seed)
     measured = measure(
         adapter, texts, sizes, min_time_s=args.min_time, min_passes=args.min_passes, progress=note,
-        request=RequestSpec(**fields),
+        request=RequestSpec.from_fields(json.loads(args.request)),
     )  # fmt: skip
     result = {
         "model": args.model,

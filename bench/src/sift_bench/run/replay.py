@@ -168,9 +168,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     adapter = load_model(spec["model"], [Path(c) for c in spec["catalogs"]], spec["torch_threads"])
     load_s = time.perf_counter() - started
     quiet_collector()
-    fields = dict(spec["request"])
-    fields["labels"] = tuple(fields.get("labels", ()))
-    prepare = preparer(adapter, RequestSpec(**fields))
+    prepare = preparer(adapter, RequestSpec.from_fields(dict(spec["request"])))
     fixed_tokens = fixed_tokens_of(adapter, prepare, texts_for(spec["workload"], seed=spec["seed"]))
     phases: dict[str, Any] = {}
     for name, forwards in spec["phases"].items():

@@ -246,7 +246,7 @@ def run_one(
         sampler = CpuSampler(server.process.pid).start()
         run["server"] = {"port": server.port, "startup_s": server.startup_s, "command": server.command}
         progress.log(f"trial {trial + 1} · {arm.name}: server ready in {server.startup_s:.1f} s")
-        dense = config.request.primitive == "encode" and config.request.output_type == "dense"
+        dense = config.request.dense_only
         dims = fetch_dims(server.url, config.model) if dense else None
         run["dims"] = dims
         if dims is None and dense:
