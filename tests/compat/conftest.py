@@ -22,22 +22,26 @@ from tests.adapters.parity.decoder_cases import (
     MISTRAL_EMBEDDER,
     MXBAI_RERANKER,
     RERANKER,
+    ZERANK_RERANKER,
     embedder_entry,
     mistral_embedder_entry,
     mxbai_reranker_entry,
     reranker_entry,
+    zerank_entry,
 )
 from tests.adapters.parity.m3_cases import MODEL as M3_MODEL
 from tests.adapters.parity.m3_cases import entry as m3_entry
 from tests.cluster.conftest import add_worker, start_cluster, wait_workers
 from tests.fixtures.server_process import ServerProcess, start_server
 from tests.fixtures.tiny_colpali import TINY_COLPALI, TINY_COLQWEN2, build_tiny_colpali, build_tiny_colqwen2
+from tests.fixtures.tiny_colsmol import TINY_COLSMOL, build_tiny_colsmol
 from tests.fixtures.tiny_colvision import MAX_PIXELS, MIN_PIXELS, TINY_COLQWEN2_5, build_tiny_colqwen2_5
 from tests.fixtures.tiny_decoder import (
     build_tiny_mistral_embedder,
     build_tiny_mxbai_reranker,
     build_tiny_qwen3_embedder,
     build_tiny_qwen3_reranker,
+    build_tiny_zerank,
 )
 from tests.fixtures.tiny_detection import (
     TINY_GROUNDING_DINO,
@@ -52,10 +56,14 @@ from tests.fixtures.tiny_florence2 import TINY_FLORENCE2, build_tiny_florence2
 from tests.fixtures.tiny_florence2 import catalog_options as florence2_options
 from tests.fixtures.tiny_gliner2_v2 import MODEL as GLINER2_V2_MODEL
 from tests.fixtures.tiny_gliner2_v2 import build_tiny_gliner2_v2
+from tests.fixtures.tiny_glm_ocr import TINY_GLM_OCR, build_tiny_glm_ocr
+from tests.fixtures.tiny_glm_ocr import catalog_options as glm_ocr_options
 from tests.fixtures.tiny_images import TINY_CLIP, TINY_SIGLIP, build_tiny_clip, build_tiny_siglip
 from tests.fixtures.tiny_lighton_ocr import TINY_LIGHTON_OCR, build_tiny_lighton_ocr
 from tests.fixtures.tiny_lighton_ocr import catalog_options as lighton_ocr_options
 from tests.fixtures.tiny_m3 import build_tiny_m3
+from tests.fixtures.tiny_mineru import TINY_MINERU, build_tiny_mineru
+from tests.fixtures.tiny_mineru import catalog_options as mineru_options
 from tests.fixtures.tiny_models import (
     build_tiny_cross_encoder,
     build_tiny_gliner,
@@ -80,7 +88,7 @@ COMPAT_PYTHON = COMPAT_VENV / "bin" / "python"
 PYTHON312 = Path(os.environ.get("SIFT_PYTHON312", Path.home() / ".pyenv/versions/3.12.1/bin/python3.12"))
 KEY = "s3cret"
 RERANK, NER, SPARSE = "tiny/reranker", "tiny/gliner", "tiny/sparse"
-# What the cluster's worker serves: test_sie_sdk's models and the image models.
+# What the cluster's worker serves: test_sie_sdk's models, the image models, GLM-OCR and MinerU.
 CLUSTER_MODELS = (
     TINY_EMBEDDER,
     RERANK,
@@ -91,12 +99,16 @@ CLUSTER_MODELS = (
     RERANKER,
     MISTRAL_EMBEDDER,
     MXBAI_RERANKER,
+    ZERANK_RERANKER,
     M3_MODEL,
     TINY_COLPALI,
     TINY_COLQWEN2,
     TINY_COLQWEN2_5,
+    TINY_COLSMOL,
     TINY_QWEN3_VL_EMBEDDER,
     TINY_QWEN3_VL_RERANKER,
+    TINY_GLM_OCR,
+    TINY_MINERU,
 )
 EXTRACTORS = (
     NLI_MODEL,
@@ -165,6 +177,12 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entries["paddleocr-vl"] = _entry(
         TINY_PADDLEOCR_VL, "paddleocr-vl", build_tiny_paddleocr_vl(root / "paddleocr-vl"), "extract"
     ) + _options(paddleocr_vl_options())
+    entries["glm-ocr"] = _entry(TINY_GLM_OCR, "glm-ocr", build_tiny_glm_ocr(root / "glm-ocr"), "extract") + _options(
+        glm_ocr_options()
+    )
+    entries["mineru"] = _entry(TINY_MINERU, "mineru", build_tiny_mineru(root / "mineru"), "extract") + _options(
+        mineru_options()
+    )
     entries["qwen3-embedder"] = f"name: {EMBEDDER}\n" + embedder_entry(str(build_tiny_qwen3_embedder(root / "q3e")))
     entries["qwen3-reranker"] = f"name: {RERANKER}\n" + reranker_entry(str(build_tiny_qwen3_reranker(root / "q3r")))
     entries["mistral-embedder"] = f"name: {MISTRAL_EMBEDDER}\n" + mistral_embedder_entry(
@@ -173,6 +191,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entries["mxbai-reranker"] = f"name: {MXBAI_RERANKER}\n" + mxbai_reranker_entry(
         str(build_tiny_mxbai_reranker(root / "mxbai"))
     )
+    entries["zerank"] = f"name: {ZERANK_RERANKER}\n" + zerank_entry(str(build_tiny_zerank(root / "zerank")))
     entries["bge-m3"] = f"name: {M3_MODEL}\n" + m3_entry(str(build_tiny_m3(root / "m3")))
     for model, build in ((TINY_COLPALI, build_tiny_colpali), (TINY_COLQWEN2, build_tiny_colqwen2)):
         slug = model.replace("/", "-")
@@ -181,6 +200,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entries["colqwen2_5"] = _entry(TINY_COLQWEN2_5, "colpali-engine", colqwen2_5, "encode, score") + _options(
         {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
     )
+    entries["colsmol"] = _entry(TINY_COLSMOL, "colpali-engine", build_tiny_colsmol(root / "colsmol"), "encode, score")
     entries["qwen3-vl-embedder"] = _entry(
         TINY_QWEN3_VL_EMBEDDER, "qwen3-vl-embedder", build_tiny_qwen3_vl_embedder(root / "q3vle"), "encode"
     )
@@ -202,7 +222,8 @@ def direct(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """``sift serve`` with every model of the catalog loaded."""
     root = tmp_path_factory.mktemp("compat-serve")
     models = CLUSTER_MODELS + EXTRACTORS + SPARSE_MODELS
-    proc = start_server([*_model_args(catalog, models), "--api-key", KEY], root / "serve.log")
+    # Some thirty models load one after another: minutes on a loaded two-core machine.
+    proc = start_server([*_model_args(catalog, models), "--api-key", KEY], root / "serve.log", ready_timeout=600)
     yield proc
     proc.stop()
 

@@ -137,6 +137,8 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "donut",
         "lighton-ocr",
         "paddleocr-vl",
+        "glm-ocr",
+        "mineru",
         "glirel",
         "colpali",
         "gliner2-v2",
@@ -148,6 +150,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
     assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
     assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)
     assert record_of("lighton-ocr").inputs == record_of("paddleocr-vl").inputs == ("image",)
+    assert record_of("glm-ocr").inputs == record_of("mineru").inputs == ("image",)
 
 
 @pytest.mark.parametrize(

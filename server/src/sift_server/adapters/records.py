@@ -244,6 +244,18 @@ _RECORDS: dict[str, AdapterRecord] = {
             inputs=("image",),
         ),
         AdapterRecord(
+            name="glm-ocr",
+            target="sift_server.adapters.glm_ocr:GlmOcrAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
+            name="mineru",
+            target="sift_server.adapters.mineru:MinerUAdapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
             name="docling",
             target="sift_server.adapters.docling_converter:DoclingAdapter",
             tasks=frozenset({"extract"}),
