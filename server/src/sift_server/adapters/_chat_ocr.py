@@ -1,7 +1,8 @@
-"""What the OCR vision-language adapters share (LightOnOCR-2, PaddleOCR-VL): a page
-image and a chat prompt through the processor, one greedy (or beam) ``generate`` per
-group of same-shaped pages, the new tokens decoded without special tokens and trimmed
-into one entity (adapters/_ocr_vl_rules.py).
+"""What the OCR vision-language adapters share (LightOnOCR-2, PaddleOCR-VL, GLM-OCR,
+MinerU2.5): the catalog settings and checked weights at load; at serving, a page image
+and a chat prompt through the processor, one greedy (or beam) ``generate`` per group of
+same-shaped pages, the new tokens decoded without special tokens and trimmed into one
+entity (adapters/_ocr_vl_rules.py).
 
 These models read each page at its own resolution, so a page's prompt length and
 pixel shape follow its size: pages whose processor outputs have the same shapes (and
@@ -15,14 +16,16 @@ import abc
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
 from sift_server.adapters._extract_common import extract_item
-from sift_server.adapters._image_generation import ImageGenerationAdapter
+from sift_server.adapters._image_generation import ImageGenerationAdapter, catalog_count
 from sift_server.adapters._ocr_vl_rules import ChatOcrRequest, through_end, wire_entities
 from sift_server.adapters._refusal import UnservableModel
+from sift_server.adapters._torch_runtime import configure_threads, select_device
+from sift_server.adapters.base import LoadContext
 from sift_server.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -59,6 +62,29 @@ def refuse_model_type(folder: Path, adapter: str, want: str, hint: str) -> None:
         raise UnservableModel(
             f"{adapter} cannot serve {folder}: its config.json is model_type {found!r}, not {want!r} ({hint})."
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOcrSettings:
+    """What every chat-OCR adapter reads from its catalog entry before its weights."""
+
+    device: torch.device
+    max_new_tokens: int
+    num_beams: int
+
+
+def catalog_settings(
+    ctx: LoadContext, *, adapter: str, model_type: str, hint: str, max_new_tokens: int
+) -> ChatOcrSettings:
+    """Refuse another architecture, set the threads, and read the device and the counts
+    (a bad count fails the load, not every request)."""
+    refuse_model_type(ctx.path, adapter, model_type, hint)
+    configure_threads(ctx.torch_threads)
+    return ChatOcrSettings(
+        device=select_device(ctx.options),
+        max_new_tokens=catalog_count(ctx.options, "max_new_tokens", max_new_tokens),
+        num_beams=catalog_count(ctx.options, "num_beams", 1),
+    )
 
 
 def load_checked(model_class: Any, folder: Path, adapter: str) -> Any:
@@ -98,6 +124,21 @@ class ChatOcrAdapter(ImageGenerationAdapter[ChatOcrRequest, ChatOcrPage]):
         pad = processor.tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.end_ids)
         self.max_positions = int(model.config.text_config.max_position_embeddings)
+
+    @classmethod
+    def assemble(
+        cls, ctx: LoadContext, settings: ChatOcrSettings, model_class: Any, processor: Any, adapter: str
+    ) -> Self:
+        """The adapter over the folder's checked weights (fp32, on the settings' device)."""
+        model = load_checked(model_class, ctx.path, adapter)
+        model.to(settings.device).eval()
+        return cls(
+            model,
+            processor,
+            device=settings.device,
+            max_new_tokens=settings.max_new_tokens,
+            num_beams=settings.num_beams,
+        )
 
     @abc.abstractmethod
     def messages(self, request: ChatOcrRequest) -> list[dict[str, Any]]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sift_server.adapters._chat_ocr import ChatOcrAdapter, load_checked, refuse_model_type
-from sift_server.adapters._image_generation import catalog_count
+from sift_server.adapters._chat_ocr import ChatOcrAdapter, catalog_settings
 from sift_server.adapters._image_only_processor import load_image_only_processor
 from sift_server.adapters._ocr_vl_rules import (
     GLM_MAX_NEW_TOKENS,
@@ -24,7 +23,6 @@ from sift_server.adapters._ocr_vl_rules import (
     glm_request,
     user_turn,
 )
-from sift_server.adapters._torch_runtime import configure_threads, select_device
 from sift_server.adapters.base import ExtractTask, LoadContext
 
 
@@ -38,20 +36,16 @@ class GlmOcrAdapter(ChatOcrAdapter):
         from transformers import Glm46VProcessor, GlmOcrForConditionalGeneration
         from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 
-        refuse_model_type(ctx.path, "glm-ocr", "glm_ocr", "GLM-OCR")
-        configure_threads(ctx.torch_threads)
-        device = select_device(ctx.options)
+        settings = catalog_settings(
+            ctx, adapter="glm-ocr", model_type="glm_ocr", hint="GLM-OCR", max_new_tokens=GLM_MAX_NEW_TOKENS
+        )
         user_text = ctx.options.get("user_text", GLM_USER_TEXT)
         if not isinstance(user_text, str) or not user_text.strip():
             raise ValueError(f"catalog option user_text must be a non-empty string, not {user_text!r}")
-        max_new_tokens = catalog_count(ctx.options, "max_new_tokens", GLM_MAX_NEW_TOKENS)
-        num_beams = catalog_count(ctx.options, "num_beams", 1)
         # A bad catalog default fails the load, not every request.
-        glm_request({}, None, user_text=user_text, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        glm_request({}, None, user_text=user_text, max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams)
         processor = load_image_only_processor(ctx.path, Glm46VProcessor, Glm46VImageProcessorPil, "glm-ocr")
-        model: Any = load_checked(GlmOcrForConditionalGeneration, ctx.path, "glm-ocr")
-        model.to(device).eval()
-        adapter = cls(model, processor, device=device, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        adapter = cls.assemble(ctx, settings, GlmOcrForConditionalGeneration, processor, "glm-ocr")
         adapter.user_text = user_text
         return adapter
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sift_server.adapters._chat_ocr import ChatOcrAdapter, load_checked, refuse_model_type
-from sift_server.adapters._image_generation import catalog_count
+from sift_server.adapters._chat_ocr import ChatOcrAdapter, catalog_settings
 from sift_server.adapters._ocr_vl_rules import (
     LIGHTON_MAX_NEW_TOKENS,
     LIGHTON_SYSTEM_PROMPT,
@@ -22,7 +21,6 @@ from sift_server.adapters._ocr_vl_rules import (
     lighton_messages,
     lighton_request,
 )
-from sift_server.adapters._torch_runtime import configure_threads, select_device
 from sift_server.adapters.base import ExtractTask, LoadContext
 
 
@@ -36,26 +34,24 @@ class LightOnOcrAdapter(ChatOcrAdapter):
         from transformers import LightOnOcrForConditionalGeneration, LightOnOcrProcessor
         from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
-        refuse_model_type(
-            ctx.path, "lighton-ocr", "lighton_ocr", "LightOnOCR-2; LightOnOCR-3 is a Qwen3.5 checkpoint it does not run"
+        settings = catalog_settings(
+            ctx,
+            adapter="lighton-ocr",
+            model_type="lighton_ocr",
+            hint="LightOnOCR-2; LightOnOCR-3 is a Qwen3.5 checkpoint it does not run",
+            max_new_tokens=LIGHTON_MAX_NEW_TOKENS,
         )
-        configure_threads(ctx.torch_threads)
-        device = select_device(ctx.options)
         system_prompt = ctx.options.get("system_prompt", LIGHTON_SYSTEM_PROMPT)
         if not isinstance(system_prompt, str) or not system_prompt.strip():
             raise ValueError(f"catalog option system_prompt must be a non-empty string, not {system_prompt!r}")
-        max_new_tokens = catalog_count(ctx.options, "max_new_tokens", LIGHTON_MAX_NEW_TOKENS)
-        num_beams = catalog_count(ctx.options, "num_beams", 1)
         # A bad catalog default fails the load, not every request.
-        lighton_request({}, None, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        lighton_request({}, None, max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams)
         # The PIL image path (no torchvision), as the other image adapters.
         image_processor = PixtralImageProcessorPil.from_pretrained(ctx.path, local_files_only=True)
         processor: Any = LightOnOcrProcessor.from_pretrained(
             ctx.path, local_files_only=True, image_processor=image_processor
         )
-        model: Any = load_checked(LightOnOcrForConditionalGeneration, ctx.path, "lighton-ocr")
-        model.to(device).eval()
-        adapter = cls(model, processor, device=device, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        adapter = cls.assemble(ctx, settings, LightOnOcrForConditionalGeneration, processor, "lighton-ocr")
         adapter.system_prompt = system_prompt
         return adapter
 

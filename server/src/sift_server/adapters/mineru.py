@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sift_server.adapters._chat_ocr import ChatOcrAdapter, load_checked, refuse_model_type
+from sift_server.adapters._chat_ocr import ChatOcrAdapter, catalog_settings
 from sift_server.adapters._image_generation import catalog_count
 from sift_server.adapters._image_only_processor import load_image_only_processor
 from sift_server.adapters._ocr_vl_rules import (
@@ -28,7 +28,6 @@ from sift_server.adapters._ocr_vl_rules import (
     mineru_task,
     user_turn,
 )
-from sift_server.adapters._torch_runtime import configure_threads, select_device
 from sift_server.adapters.base import ExtractTask, LoadContext
 
 
@@ -43,19 +42,21 @@ class MinerUAdapter(ChatOcrAdapter):
         from transformers import Qwen2VLForConditionalGeneration, Qwen2VLProcessor
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        refuse_model_type(ctx.path, "mineru", "qwen2_vl", "MinerU2.5 is a Qwen2-VL checkpoint")
-        configure_threads(ctx.torch_threads)
-        device = select_device(ctx.options)
+        settings = catalog_settings(
+            ctx,
+            adapter="mineru",
+            model_type="qwen2_vl",
+            hint="MinerU2.5 is a Qwen2-VL checkpoint",
+            max_new_tokens=MINERU_MAX_NEW_TOKENS,
+        )
         # Bad catalog defaults fail the load, not every request.
         task = mineru_task(ctx.options.get("task", MINERU_DEFAULT_TASK))
-        max_new_tokens = catalog_count(ctx.options, "max_new_tokens", MINERU_MAX_NEW_TOKENS)
-        num_beams = catalog_count(ctx.options, "num_beams", 1)
         ngram = catalog_count(ctx.options, "no_repeat_ngram_size", MINERU_NO_REPEAT_NGRAM_SIZE)
-        mineru_request({}, None, default_task=task, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        mineru_request(
+            {}, None, default_task=task, max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams
+        )
         processor = load_image_only_processor(ctx.path, Qwen2VLProcessor, Qwen2VLImageProcessorPil, "mineru")
-        model: Any = load_checked(Qwen2VLForConditionalGeneration, ctx.path, "mineru")
-        model.to(device).eval()
-        adapter = cls(model, processor, device=device, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        adapter = cls.assemble(ctx, settings, Qwen2VLForConditionalGeneration, processor, "mineru")
         adapter.task = task
         adapter.no_repeat_ngram_size = ngram
         return adapter

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sift_server.adapters._chat_ocr import ChatOcrAdapter, load_checked, refuse_model_type
-from sift_server.adapters._image_generation import catalog_count
+from sift_server.adapters._chat_ocr import ChatOcrAdapter, catalog_settings
 from sift_server.adapters._ocr_vl_rules import (
     PADDLE_DEFAULT_TASK,
     PADDLE_MAX_NEW_TOKENS,
@@ -28,7 +27,6 @@ from sift_server.adapters._ocr_vl_rules import (
     paddle_request,
     paddle_task,
 )
-from sift_server.adapters._torch_runtime import configure_threads, select_device
 from sift_server.adapters.base import ExtractTask, LoadContext
 
 
@@ -44,14 +42,18 @@ class PaddleOcrVlAdapter(ChatOcrAdapter):
             PaddleOCRVLImageProcessorPil,
         )
 
-        refuse_model_type(ctx.path, "paddleocr-vl", "paddleocr_vl", "PaddleOCR-VL")
-        configure_threads(ctx.torch_threads)
-        device = select_device(ctx.options)
+        settings = catalog_settings(
+            ctx,
+            adapter="paddleocr-vl",
+            model_type="paddleocr_vl",
+            hint="PaddleOCR-VL",
+            max_new_tokens=PADDLE_MAX_NEW_TOKENS,
+        )
         # A bad catalog default fails the load, not every request.
         task = paddle_task(ctx.options.get("task", PADDLE_DEFAULT_TASK))
-        max_new_tokens = catalog_count(ctx.options, "max_new_tokens", PADDLE_MAX_NEW_TOKENS)
-        num_beams = catalog_count(ctx.options, "num_beams", 1)
-        paddle_request({}, None, default_task=task, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        paddle_request(
+            {}, None, default_task=task, max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams
+        )
         tokenizer: Any = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         if not tokenizer.chat_template:
             raise ValueError(f"paddleocr-vl cannot serve {ctx.path}: its tokenizer has no chat template")
@@ -60,9 +62,7 @@ class PaddleOcrVlAdapter(ChatOcrAdapter):
             tokenizer=tokenizer,
             chat_template=tokenizer.chat_template,
         )
-        model: Any = load_checked(PaddleOCRVLForConditionalGeneration, ctx.path, "paddleocr-vl")
-        model.to(device).eval()
-        adapter = cls(model, processor, device=device, max_new_tokens=max_new_tokens, num_beams=num_beams)
+        adapter = cls.assemble(ctx, settings, PaddleOCRVLForConditionalGeneration, processor, "paddleocr-vl")
         adapter.task = task
         return adapter
 
