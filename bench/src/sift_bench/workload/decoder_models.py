@@ -126,37 +126,10 @@ def build_tiny_qwen3_embedder(folder: Path, *, max_seq_length: int = 512) -> Pat
     config = _qwen3_config(_vocab_size())
     config.pad_token_id = json.loads((folder / "tokenizer.json").read_text())["added_tokens"][0]["id"]
     Qwen3Model(config).eval().save_pretrained(folder)
-    (folder / "modules.json").write_text(
-        json.dumps(
-            [
-                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-            ]
-        )
-    )
-    (folder / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
-    )
+    _write_last_token_layout(folder, max_seq_length)
     (folder / "config_sentence_transformers.json").write_text(
         json.dumps({"prompts": {"query": QUERY_PROMPT, "document": ""}, "default_prompt_name": None})
     )
-    (folder / "1_Pooling").mkdir(exist_ok=True)
-    (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps(
-            {
-                "word_embedding_dimension": HIDDEN,
-                "pooling_mode_cls_token": False,
-                "pooling_mode_mean_tokens": False,
-                "pooling_mode_max_tokens": False,
-                "pooling_mode_mean_sqrt_len_tokens": False,
-                "pooling_mode_weightedmean_tokens": False,
-                "pooling_mode_lasttoken": True,
-                "include_prompt": True,
-            }
-        )
-    )
-    (folder / "2_Normalize").mkdir(exist_ok=True)
     return folder
 
 
