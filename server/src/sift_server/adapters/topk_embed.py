@@ -235,14 +235,18 @@ class TopkEmbedAdapter(Adapter):
         config.text_config.use_cache = False
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
-        model, loading = Qwen3_5Model.from_pretrained(
-            ctx.path,
-            config=config,
-            dtype=torch.float32,
-            attn_implementation="sdpa",
-            local_files_only=True,
-            output_loading_info=True,
-        )
+        try:
+            model, loading = Qwen3_5Model.from_pretrained(
+                ctx.path,
+                config=config,
+                dtype=torch.float32,
+                attn_implementation="sdpa",
+                local_files_only=True,
+                output_loading_info=True,
+            )
+        except RuntimeError as exc:  # transformers refuses weights of another shape itself
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UnservableModel(f"the checkpoint does not match Qwen3_5Model: {first}") from exc
         unexpected = set(loading.get("unexpected_keys", [])) - {"head.weight"}
         if loading.get("missing_keys") or loading.get("mismatched_keys") or unexpected:
             raise UnservableModel(
