@@ -106,7 +106,8 @@ def main() -> None:
         embed[case["name"]] = [_packed(np.asarray(v)) for v in output.multivector]
     score = {}
     for case in request["score_cases"]:
-        score[case["name"]] = [float(s) for s in adapter.score(Item(text=case["query"]), [item(s) for s in case["items"]])]
+        scores = adapter.score(Item(text=case["query"]), [item(spec) for spec in case["items"]])
+        score[case["name"]] = [float(value) for value in scores]
     # Each row alone: a batch's answer must not depend on what shares it.
     alone = {}
     for case in request["embed_cases"]:

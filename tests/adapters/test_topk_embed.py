@@ -21,7 +21,13 @@ from sift_server.adapters.base import EncodeTask, ScoreTask
 from sift_server.adapters.topk_embed import TopkEmbedAdapter, smart_resize
 from sift_server.errors import InputTooLong, InvalidInput
 from tests.adapters.conftest import load_context, serving_one_entry
-from tests.adapters.multivector_tasks import assert_close_vectors, decode_pages, pages_encode_task, pages_score_task, run
+from tests.adapters.multivector_tasks import (
+    assert_close_vectors,
+    decode_pages,
+    pages_encode_task,
+    pages_score_task,
+    run,
+)
 from tests.adapters.parity.topk_cases import EMBED_CASES, FIXTURE, MODEL, SCORE_CASES, TOL
 from tests.fixtures.tiny_topk import DOCUMENT_LENGTH, HEAD_DIM, QUERY_LENGTH, build_tiny_topk, topk_images
 
@@ -167,9 +173,9 @@ def test_folders_it_cannot_serve_exactly_are_refused(folder: Path, tmp_path: Pat
     headless = shutil.copytree(folder, tmp_path / "headless")
     weights = {k: v for k, v in load_file(headless / "model.safetensors").items() if k != "head.weight"}
     save_file(weights, headless / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(UnservableModel, match="no head.weight"):
+    with pytest.raises(UnservableModel, match=r"no head\.weight"):
         TopkEmbedAdapter.load(load_context(headless))
-    with pytest.raises(UnservableModel, match="no config.json"):
+    with pytest.raises(UnservableModel, match=r"no config\.json"):
         TopkEmbedAdapter.load(load_context(tmp_path))
 
 

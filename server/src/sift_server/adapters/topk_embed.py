@@ -288,7 +288,9 @@ class TopkEmbedAdapter(Adapter):
         if ids.count(image_token_id) != 1:
             raise UnservableModel("the chat template does not render one image placeholder for an image")
         split = ids.index(image_token_id)
-        budget = int(ctx.options.get("image_token_budget") or topk.get("image_token_budget", DEFAULT_IMAGE_TOKEN_BUDGET))
+        budget = int(
+            ctx.options.get("image_token_budget") or topk.get("image_token_budget", DEFAULT_IMAGE_TOKEN_BUDGET)
+        )
         patch, merge = int(processor.patch_size), int(processor.merge_size)
         mean, std = list(processor.image_mean), list(processor.image_std)
         if len(set(mean)) != 1 or len(set(std)) != 1:
@@ -422,7 +424,8 @@ class TopkEmbedAdapter(Adapter):
             costs = [sum(len(row.ids) for row in rows) for rows in documents]
             costs[0] += len(query.ids)  # the query runs with the part that holds the first item
             input_tokens = _text_tokens(documents) + len(query.ids)
-            return Prepared(costs, (ADAPTER, "score"), ScorePayload(query, documents, normalize), input_tokens=input_tokens)
+            scored = ScorePayload(query, documents, normalize)
+            return Prepared(costs, (ADAPTER, "score"), scored, input_tokens=input_tokens)
         raise InvalidInput("This model supports encode and score.")
 
     # ---- forward (executor thread) --------------------------------------
