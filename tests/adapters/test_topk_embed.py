@@ -159,7 +159,12 @@ def test_folders_it_cannot_serve_exactly_are_refused(folder: Path, tmp_path: Pat
         (copy / "config.json").write_text(json.dumps(config))
         return copy
 
-    plain = variant("plain", lambda c: c.pop("scoring_skip_ids"))
+    def plain_qwen3_5(config: dict[str, Any]) -> None:
+        for key in ("dim", "output_dim", "normalize", "query_template", "document_prompt", "image_token_budget"):
+            config.pop(key)
+        config.pop("scoring_skip_ids")
+
+    plain = variant("plain", plain_qwen3_5)
     with pytest.raises(UnservableModel, match="TopK-Embed folders"):
         TopkEmbedAdapter.load(load_context(plain))
     other = variant("other", lambda c: c["text_config"].update(model_type="qwen3_next"))

@@ -130,12 +130,12 @@ def _split_config(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     raw = _read_json(folder / "config.json")
     if not raw:
         raise UnservableModel("the folder has no config.json")
-    if "scoring_skip_ids" not in raw or "query_template" not in raw:
+    if not any(key in raw for key in _TOPK_KEYS if key != "normalize"):
         raise UnservableModel(
-            "the topk-embed adapter serves TopK-Embed folders (config.json with TopK's query_template and "
-            "scoring_skip_ids beside the qwen3_5 keys); this folder has no such keys"
+            "the topk-embed adapter serves TopK-Embed folders (config.json with TopK's keys, such as "
+            "query_template and scoring_skip_ids, beside the qwen3_5 keys); this folder has none"
         )
-    text_type = (raw.get("text_config") or {}).get("model_type")
+    text_type = (raw.get("text_config") or {}).get("model_type", "qwen3_5_text")
     if text_type != "qwen3_5_text":
         raise UnservableModel(f"the topk-embed adapter serves a qwen3_5 backbone, not {text_type!r}")
     topk = {key: raw.pop(key) for key in _TOPK_KEYS if key in raw}
