@@ -137,7 +137,8 @@ def arm_sift(folder: Path) -> dict[str, float]:
             if kind == "pages":
                 task = EncodeTask(texts=[""] * batch, images=[(page,)] * batch)
             else:
-                task = EncodeTask(texts=[SENTENCE if kind == "queries" else DOCUMENT] * batch, is_query=kind == "queries")
+                text = SENTENCE if kind == "queries" else DOCUMENT
+                task = EncodeTask(texts=[text] * batch, is_query=kind == "queries")
 
             def call(task: EncodeTask = task) -> None:
                 prepared = adapter.prepare(task)
