@@ -40,6 +40,7 @@ def main(url: str, spec: dict[str, Any], images: list[bytes], api_key: str | Non
                         _items(case["items"], images),
                         output_types=["multivector"],
                         is_query=case["is_query"],
+                        options=case.get("options") or None,
                     )
                     answers["embed"][case["name"]] = [result["multivector"].tolist() for result in results]
                 except Exception as exc:  # recorded, the test decides

@@ -80,6 +80,7 @@ from tests.fixtures.tiny_qwen3_vl import (
     build_tiny_qwen3_vl_embedder,
     build_tiny_qwen3_vl_reranker,
 )
+from tests.fixtures.tiny_topk import TINY_TOPK, build_tiny_topk
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))
@@ -107,6 +108,7 @@ CLUSTER_MODELS = (
     TINY_COLSMOL,
     TINY_QWEN3_VL_EMBEDDER,
     TINY_QWEN3_VL_RERANKER,
+    TINY_TOPK,
     TINY_GLM_OCR,
     TINY_MINERU,
 )
@@ -207,6 +209,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     entries["qwen3-vl-reranker"] = _entry(
         TINY_QWEN3_VL_RERANKER, "qwen3-vl-reranker", build_tiny_qwen3_vl_reranker(root / "q3vlr"), "score"
     )
+    entries["topk-embed"] = _entry(TINY_TOPK, "topk-embed", build_tiny_topk(root / "topk"), "encode, score")
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

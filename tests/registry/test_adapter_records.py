@@ -120,6 +120,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "bge-m3": ("dense", "sparse", "multivector"),
         "colpali": ("multivector",),
         "colpali-engine": ("multivector",),
+        "topk-embed": ("multivector",),
         "qwen3-vl-embedder": ("dense",),
     }
     assert [n for n, r in RECORDS.items() if r.remote] == ["openai-remote"]  # no forward: its backend is moot
@@ -143,6 +144,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "colpali",
         "gliner2-v2",
         "colpali-engine",
+        "topk-embed",
         "qwen3-vl-embedder",
         "qwen3-vl-reranker",
         "ctranslate2",  # CTranslate2 runs it; nothing to decide

@@ -137,6 +137,13 @@ _RECORDS: dict[str, AdapterRecord] = {
             encode_outputs=("multivector",),
         ),
         AdapterRecord(
+            name="topk-embed",
+            target="sift_server.adapters.topk_embed:TopkEmbedAdapter",
+            tasks=frozenset({"encode", "score"}),
+            inputs=("text", "image"),
+            encode_outputs=("multivector",),
+        ),
+        AdapterRecord(
             name="qwen3-vl-embedder",
             target="sift_server.adapters.qwen3_vl_embedder:Qwen3VLEmbedderAdapter",
             tasks=frozenset({"encode"}),
