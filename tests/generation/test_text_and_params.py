@@ -53,6 +53,43 @@ def test_a_held_back_prefix_that_is_no_stop_is_sent() -> None:
     assert feed(text, [1, 6], [8]) == ["he", "E!"]
 
 
+def decode_bytes(ids: Sequence[int]) -> str:
+    """A byte-level vocabulary: id ``b`` is the byte ``b``."""
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_bytes_that_can_never_complete_a_character_are_not_held_to_the_end() -> None:
+    # A model that makes invalid UTF-8 (a random one does, a real one may): a trailing
+    # replacement character can still become a character only within the last 3 bytes.
+    text = AnswerText(decode_bytes)
+    sent = "".join(feed(text, *([0xFF] for _ in range(8))))
+    assert sent == "\ufffd" * 5
+    assert sent + text.finish() == decode_bytes([0xFF] * 8)
+
+
+def test_what_is_sent_is_never_taken_back_over_random_bytes() -> None:
+    import random
+
+    rng = random.Random(3)
+    alphabet = "aé€😀"  # 1, 2, 3 and 4 bytes in UTF-8
+    for _ in range(200):
+        ids: list[int] = []
+        while len(ids) < 40:
+            if rng.random() < 0.3:
+                ids.append(rng.choice([0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF, 0x9F]))
+            else:
+                ids.extend(rng.choice(alphabet).encode())
+        text = AnswerText(decode_bytes)
+        sent, at = "", 0
+        while at < len(ids):
+            size = rng.randint(1, 3)
+            sent += text.add(ids[at : at + size])
+            at += size
+            assert decode_bytes(ids[:at]).startswith(sent)
+        assert sent + text.finish() == decode_bytes(ids)
+
+
+
 LIMITS = Limits(context_tokens=100, max_new_tokens_cap=50)
 
 

@@ -1,9 +1,10 @@
 """The answer's text as its tokens arrive: what can be sent now, and where a stop
 sequence ends it. Plain code over a ``decode`` function (the model's tokenizer).
 
-A token may end inside a UTF-8 character (byte-level vocabularies); its text is
-held back until the character completes, and so is any tail that could be the
-start of a stop sequence, so nothing sent is ever taken back."""
+A token may end inside a UTF-8 character (byte-level vocabularies); its text (at
+most the last 3 replacement characters) is held back until the character completes,
+and so is any tail that could be the start of a stop sequence, so nothing sent is
+ever taken back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from dataclasses import dataclass, field
 
 Decode = Callable[[Sequence[int]], str]
 INCOMPLETE = "\ufffd"
+# A character still being made is at most its first 3 bytes (UTF-8's longest is 4), which
+# decode to at most 3 replacement characters (one per byte where a decoder replaces byte by
+# byte): a replacement character before the last 3 is final (invalid bytes, e.g. a random
+# model's), so it is sent, not held until the answer ends.
+MAX_INCOMPLETE = 3
 
 
 @dataclass(slots=True)
@@ -59,7 +65,7 @@ class AnswerText:
 
     def _held_back(self, text: str) -> int:
         held = 0
-        while held < len(text) and text[len(text) - 1 - held] == INCOMPLETE:
+        while held < min(MAX_INCOMPLETE, len(text)) and text[len(text) - 1 - held] == INCOMPLETE:
             held += 1
         for stop in self.stops:
             for n in range(min(len(stop) - 1, len(text)), 0, -1):
