@@ -17,7 +17,9 @@ exported with optimum-intel, so nothing is downloaded; its answers are noise, it
 cost per token is that of a ~25M-parameter decoder. Pin it with ``taskset``, or give
 ``--engine-cpus`` and ``--client-cpus``: the engine alone and Sift's server and engine child
 then run on the first set, and the Sift arm's HTTP client on the second (so that the client's
-own work is not counted against the server, as the engine-alone arm has no client)."""
+own work is not counted against the server, as the engine-alone arm has no client). The server
+starts on those CPUs (its engine child inherits them), and both arms' engines get one inference
+thread per CPU: an engine pinned after it started would run more threads than its cores."""
 
 from __future__ import annotations
 
@@ -272,6 +274,16 @@ def main() -> None:
     report["sift_server_cpu_over_engine_cpu"] = {
         str(s): statistics.median(
             sift["server_cpu_ms_per_token"] / engine["engine_cpu_ms_per_token"]
+            for engine, sift in pairs
+            if engine["streams"] == s
+        )
+        for s in streams
+    }
+    # All of Sift's CPU per token (its engine child and its server) over the engine alone's: on
+    # one core, where every process of an arm shares it, this is the tokens/s the arm can keep.
+    report["sift_cpu_over_engine_cpu"] = {
+        str(s): statistics.median(
+            (sift["engine_cpu_ms_per_token"] + sift["server_cpu_ms_per_token"]) / engine["engine_cpu_ms_per_token"]
             for engine, sift in pairs
             if engine["streams"] == s
         )
