@@ -17,7 +17,9 @@ exported with optimum-intel, so nothing is downloaded; its answers are noise, it
 cost per token is that of a ~25M-parameter decoder. Pin it with ``taskset``, or give
 ``--engine-cpus`` and ``--client-cpus``: the engine alone and Sift's server and engine child
 then run on the first set, and the Sift arm's HTTP client on the second (so that the client's
-own work is not counted against the server, as the engine-alone arm has no client)."""
+own work is not counted against the server, as the engine-alone arm has no client). The server
+starts on those CPUs (its engine child inherits them), and both arms' engines get one inference
+thread per CPU: an engine pinned after it started would run more threads than its cores."""
 
 from __future__ import annotations
 
@@ -129,8 +131,9 @@ def transformers_arm(hf: Path, n_tokens: int, requests: int = 4) -> dict[str, An
     return summary(ttfts, tokens, wall, 1)
 
 
-def engine_pipeline(ov: Path) -> Any:
-    """The engine alone, as Sift's child builds it (fp32, 32 sequences, 1 GiB of KV cache)."""
+def engine_pipeline(ov: Path, threads: int) -> Any:
+    """The engine alone, as Sift's child builds it (fp32, 32 sequences, 1 GiB of KV cache,
+    ``threads`` inference threads: the count Sift's server is given)."""
     import openvino_genai as og
 
     from sift_server.generation.openvino_engine import FP32
@@ -138,7 +141,8 @@ def engine_pipeline(ov: Path) -> Any:
     scheduler = og.SchedulerConfig()
     scheduler.cache_size = 1
     scheduler.max_num_seqs = 32
-    return og.ContinuousBatchingPipeline(str(ov), scheduler, "CPU", dict(FP32))
+    properties: dict[str, Any] = dict(FP32) | {"INFERENCE_NUM_THREADS": threads}
+    return og.ContinuousBatchingPipeline(str(ov), scheduler, "CPU", properties)
 
 
 def engine_arm(pipe: Any, ov: Path, n_tokens: int, streams: int) -> dict[str, Any]:
@@ -234,12 +238,15 @@ def main() -> None:
     # The engine child at the bench process's own priority, like the engine-alone arm: the
     # comparison is of Sift's overhead, not of engine_nice (which matters beside other work).
     (catalog / "g.yaml").write_text(catalog_entry("bench/generator", ov, "options:\n  engine_nice: 0\n"))
-    serve_args = ["--catalog", str(catalog), "--preload", "bench/generator", "--torch-threads", "2"]
-    server = start_server(serve_args, args.out / "server.log")
+    # Both arms' engines get one inference thread per CPU they run on. The server starts already
+    # pinned (its engine child inherits the CPUs), and serves the generator as its default model:
+    # no embedder, and no backend-deciding child beside the engine on its CPUs.
     if engine_cpus is not None:
-        pin(server.process.pid, engine_cpus)
         pin(os.getpid(), engine_cpus)  # the engine alone is built and runs in this process
-    pipe = engine_pipeline(ov)
+    threads = len(os.sched_getaffinity(0))
+    serve_args = ["--catalog", str(catalog), "--model", "bench/generator", "--torch-threads", str(threads)]
+    server = start_server(serve_args, args.out / "server.log")
+    pipe = engine_pipeline(ov, threads)
     report["engine_alone"], report["sift"] = [], []
     try:
         # Interleaved (engine, Sift) per stream count and round: both arms see the same load.
@@ -267,6 +274,16 @@ def main() -> None:
     report["sift_server_cpu_over_engine_cpu"] = {
         str(s): statistics.median(
             sift["server_cpu_ms_per_token"] / engine["engine_cpu_ms_per_token"]
+            for engine, sift in pairs
+            if engine["streams"] == s
+        )
+        for s in streams
+    }
+    # All of Sift's CPU per token (its engine child and its server) over the engine alone's: on
+    # one core, where every process of an arm shares it, this is the tokens/s the arm can keep.
+    report["sift_cpu_over_engine_cpu"] = {
+        str(s): statistics.median(
+            (sift["engine_cpu_ms_per_token"] + sift["server_cpu_ms_per_token"]) / engine["engine_cpu_ms_per_token"]
             for engine, sift in pairs
             if engine["streams"] == s
         )

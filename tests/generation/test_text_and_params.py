@@ -5,6 +5,7 @@ request's sampling against a model's limits."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,97 @@ def test_a_stop_sequence_over_two_steps_is_held_back_then_cut() -> None:
 def test_a_held_back_prefix_that_is_no_stop_is_sent() -> None:
     text = AnswerText(decode, ("END",))
     assert feed(text, [1, 6], [8]) == ["he", "E!"]
+
+
+def decode_bytes(ids: Sequence[int]) -> str:
+    """A byte-level vocabulary: id ``b`` is the byte ``b``."""
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_bytes_that_can_never_complete_a_character_are_not_held_to_the_end() -> None:
+    # A model that makes invalid UTF-8 (a random one does, a real one may): a trailing
+    # replacement character can still become a character only within the last 3 bytes.
+    text = AnswerText(decode_bytes)
+    sent = "".join(feed(text, *([0xFF] for _ in range(8))))
+    assert sent == "\ufffd" * 5
+    assert sent + text.finish() == decode_bytes([0xFF] * 8)
+
+
+def test_what_is_sent_is_never_taken_back_over_random_bytes() -> None:
+    import random
+
+    rng = random.Random(3)
+    alphabet = "aé€😀"  # 1, 2, 3 and 4 bytes in UTF-8
+    for _ in range(200):
+        ids: list[int] = []
+        while len(ids) < 40:
+            if rng.random() < 0.3:
+                ids.append(rng.choice([0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFF, 0x9F]))
+            else:
+                ids.extend(rng.choice(alphabet).encode())
+        text = AnswerText(decode_bytes)
+        sent, at = "", 0
+        while at < len(ids):
+            size = rng.randint(1, 3)
+            sent += text.add(ids[at : at + size])
+            at += size
+            assert decode_bytes(ids[:at]).startswith(sent)
+        assert sent + text.finish() == decode_bytes(ids)
+
+
+def llama2_style_tokenizer(folder: Path) -> Path:
+    """SentencePiece as Llama 2 and Mistral ship it: pieces with "▁" for spaces, bytes as
+    ``<0xNN>`` pieces, and a decoder that strips the text's first space."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = [("<unk>", 0.0), ("<s>", 0.0), ("</s>", 0.0)]
+    pieces += [(f"<0x{b:02X}>", -10.0) for b in range(256)]
+    pieces += [(w, -3.0) for w in ("▁the", "▁a", "▁cat", "sat", "▁on", "▁", "s", ".", "é", "▁mat")]
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=0, byte_fallback=True))
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    tokenizer.decoder = decoders.Sequence(steps)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["byte-level BPE", "llama2 sentencepiece", "t5 metaspace"])
+def test_incremental_decoding_sends_what_decoding_the_whole_answer_sends(kind: str, tmp_path: Path) -> None:
+    import random
+
+    from transformers import AutoTokenizer
+
+    from sift_server.generation.adapter import plain_decode
+    from tests.fixtures import tiny_translator
+    from tests.fixtures.tiny_decoder import build_tokenizer
+
+    if kind == "byte-level BPE":
+        build_tokenizer(tmp_path, append_eos=False)
+    elif kind == "llama2 sentencepiece":
+        llama2_style_tokenizer(tmp_path)
+    else:
+        tiny_translator.build_tokenizer(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    direct = plain_decode(tokenizer)
+
+    def decode_ids(ids: Sequence[int]) -> str:
+        return str(direct(list(ids), skip_special_tokens=True))
+
+    rng = random.Random(5)
+    incremental_steps = 0
+    for case in range(60):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randint(1, 40))]
+        stops = ("e", "at ") if case % 3 == 0 else ()
+        fast, whole = AnswerText(decode_ids, stops), AnswerText(decode_ids, stops, _whole=True)
+        at = 0
+        while at < len(ids):
+            size = rng.randint(1, 3)
+            assert fast.add(ids[at : at + size]) == whole.add(ids[at : at + size])
+            at += size
+        assert fast.finish() == whole.finish()
+        incremental_steps += not fast._whole
+    assert incremental_steps > 0  # the window was used, not only the whole answer
 
 
 LIMITS = Limits(context_tokens=100, max_new_tokens_cap=50)

@@ -139,6 +139,29 @@ async def test_a_peak_reported_while_loading_is_counted_until_the_load_ends() ->
     await reg.close(0)
 
 
+async def test_a_reported_peak_evicts_idle_models_before_the_peak_arrives() -> None:
+    # The conversion starts its child when report_load_peak returns: the idle model that the
+    # peak does not fit beside must be released by then, not while the peak is already held.
+    from sift_server.adapters.load_peak import report_load_peak
+
+    adapters: dict[str, FakeAdapter] = {}
+    when_the_peak_began: dict[str, bool] = {}
+
+    def loader(spec: ModelSpec) -> Adapter:
+        if spec.name == "a":
+            report_load_peak(80 * MB)
+            when_the_peak_began["b closed"] = adapters["b"].closed
+        adapters[spec.name] = FakeAdapter(40 * MB)
+        return adapters[spec.name]
+
+    reg = registry(loader, budget_mb=100)
+    await reg.load_now("b")
+    await reg.load_now("a")  # 80 MB of peak + b's 40 MB > 100 MB: b goes first
+    assert when_the_peak_began == {"b closed": True}
+    assert reg.record("b").state == "available" and reg.record("a").state == "loaded"
+    await reg.close(0)
+
+
 async def test_unknown_model_suggests_a_close_name() -> None:
     reg = registry(lambda spec: FakeAdapter(1))
     with pytest.raises(ModelNotFound, match="Did you mean 'a'"):

@@ -4,7 +4,9 @@ An adapter's ``load`` runs in a worker thread and knows, midway, that it is abou
 hold much more than the model will once loaded (the CTranslate2 conversion: the
 transformers model and its converted copy, in a child process). It calls
 :func:`report_load_peak`; the registry, which started the load inside
-:func:`listening`, counts that many bytes for the model until the load ends. Outside
+:func:`listening`, counts that many bytes for the model until the load ends, and the call
+returns once the idle models that the peak pushes out of the budget are released, so the
+peak arrives after them (tests/registry/test_registry.py). Outside
 a registry's load (tests, ``sift models prepare``) nobody listens and the call does
 nothing. A context variable carries the listener: ``asyncio.to_thread`` runs the load
 in a copy of the caller's context."""

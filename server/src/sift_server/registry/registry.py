@@ -270,8 +270,8 @@ class Registry:
             else:
                 loop = asyncio.get_running_loop()
 
-                def peak(size: int) -> None:  # called from the loading thread
-                    loop.call_soon_threadsafe(self._load_peak, record, size)
+                def peak(size: int) -> None:  # called from the loading thread: returns once room is made
+                    asyncio.run_coroutine_threadsafe(self._make_room(record, size), loop).result()
 
                 with load_peak.listening(peak):
                     adapter = await asyncio.to_thread(self._loader, first or spec)
@@ -322,6 +322,13 @@ class Registry:
             )
         # Its size is measured now: a model larger than expected may push others out.
         self.replan()
+
+    async def _make_room(self, record: ModelRecord, size: int) -> None:
+        """Count a load's coming peak, and wait for the models it pushes out to be released:
+        the load goes on (its peak arrives) only then."""
+        self._load_peak(record, size)
+        releasing = [r.unload_task for r in self.records.values() if r.unload_task is not None]
+        await asyncio.gather(*(task for task in releasing if not task.done()))
 
     def _load_peak(self, record: ModelRecord, size: int) -> None:
         """The load in progress holds about ``size`` bytes for a while (adapters/load_peak.py:
