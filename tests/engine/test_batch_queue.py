@@ -107,3 +107,16 @@ def test_remove_drops_a_split_request_with_its_remaining_items() -> None:
     assert queue.remove("a") is not None
     assert [p.request_id for p in queue.pending] == ["b"]
     assert [s.pending.request_id for s in queue.take(Caps(max_cost=50))] == ["b"]
+
+
+def test_total_items_counts_only_the_items_not_yet_taken() -> None:
+    # The queue cap reads it on every admission: a split request counts its rest.
+    queue = BatchQueue("default")
+    assert queue.total_items == 0
+    queue.add(pending("long", 40, 40, 40, 40, 40))
+    queue.add(pending("other", 10, 10))
+    assert queue.total_items == 7
+    queue.take(Caps(max_cost=100))  # the first two items of "long"
+    assert queue.total_items == 5
+    queue.take(Caps(max_cost=100))
+    assert queue.total_items == 3

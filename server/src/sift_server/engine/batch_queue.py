@@ -98,7 +98,9 @@ class BatchQueue:
 
     @property
     def total_items(self) -> int:
-        return sum(p.remaining_items for p in self.pending)
+        # Read on every admission (the queue cap): the fields directly, in a list
+        # rather than a generator, costs half of ``remaining_items`` per request.
+        return sum([len(p.item_costs) - p.next_item for p in self.pending])
 
     def compatible_with_head(self) -> list[Pending]:
         head = self.head
