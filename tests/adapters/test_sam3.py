@@ -188,7 +188,9 @@ def _copy(folder: Path, tmp_path: Path) -> Path:
 
 def _edit(path: Path, **changes: Any) -> None:
     saved = json.loads(path.read_text())
-    saved.update(changes)
+    for key, value in changes.items():
+        # A nested config is edited in place, not replaced.
+        saved[key] = saved[key] | value if isinstance(saved.get(key), dict) and key != "size" else value
     path.write_text(json.dumps(saved))
 
 
@@ -196,6 +198,7 @@ def _edit(path: Path, **changes: Any) -> None:
     ("file", "changes", "message"),
     [
         ("config.json", {"model_type": "sam2"}, "model_type 'sam2'"),
+        ("config.json", {"text_config": {"max_position_embeddings": 16}}, "16 positions"),
         ("preprocessor_config.json", {"resample": 3}, "resamples with 3, not bilinear"),
         ("preprocessor_config.json", {"do_normalize": False}, "do_normalize"),
         ("preprocessor_config.json", {"do_pad": True}, "do_pad"),
@@ -219,6 +222,10 @@ def test_a_folder_missing_weights_is_refused_at_load(folder: Path, tmp_path: Pat
     weights = load_file(copy / "model.safetensors")
     save_file({k: v for k, v in weights.items() if not k.startswith("detr_decoder.")}, copy / "model.safetensors")
     with pytest.raises(UnservableModel, match="weights missing"):
+        Sam3Adapter.load(load_context(copy))
+    name = "text_projection.weight"
+    save_file(weights | {name: weights[name][:, :16].contiguous()}, copy / "model.safetensors")
+    with pytest.raises(UnservableModel, match="mismatched"):
         Sam3Adapter.load(load_context(copy))
     (copy / "preprocessor_config.json").unlink()
     with pytest.raises(UnservableModel, match=r"no preprocessor_config\.json"):

@@ -186,7 +186,21 @@ class Sam3Adapter(Adapter):
         threshold = catalog_threshold({"threshold": ctx.options.get("score_threshold")}, SAM3_SCORE_THRESHOLD)
         pairs = catalog_count(ctx.options, "max_pairs_per_forward", 1)
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
-        model: Any = load_checked(Sam3Model, ctx.path, "sam3")
+        detector = config.get("detector_config") or config
+        positions = (detector.get("text_config") or {}).get("max_position_embeddings", PROMPT_TOKENS)
+        if not isinstance(positions, int) or positions < PROMPT_TOKENS:
+            # The processor pads every prompt to 32 tokens: no prompt would fit (the reference answers 400s).
+            raise UnservableModel(
+                f"sam3 cannot serve {ctx.path}: its text tower has {positions!r} positions, "
+                f"fewer than the {PROMPT_TOKENS} every prompt is padded to."
+            )
+        try:
+            model: Any = load_checked(Sam3Model, ctx.path, "sam3")
+        except RuntimeError as error:
+            if "mismatched" not in str(error):
+                raise
+            # transformers refuses a weight of another shape itself, before load_checked sees it.
+            raise UnservableModel(f"sam3 cannot serve {ctx.path}: {error}") from error
         model.mask_decoder = _no_masks()
         model.to(device).eval()
         return cls(
