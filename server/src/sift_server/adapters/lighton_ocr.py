@@ -37,7 +37,11 @@ class LightOnOcrAdapter(ChatOcrAdapter):
         from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
         refuse_model_type(
-            ctx.path, "lighton-ocr", "lighton_ocr", "LightOnOCR-2; LightOnOCR-3 is a Qwen3.5 checkpoint it does not run"
+            ctx.path,
+            "lighton-ocr",
+            "lighton_ocr",
+            "LightOnOCR-2; LightOnOCR-3 is a Qwen3.5 checkpoint the reference samples from unseeded, "
+            "so Sift has no answer to match (docs/models.md, 'OCR vision-language models')",
         )
         configure_threads(ctx.torch_threads)
         device = select_device(ctx.options)
