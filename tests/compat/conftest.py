@@ -81,6 +81,7 @@ from tests.fixtures.tiny_qwen3_vl import (
     build_tiny_qwen3_vl_reranker,
 )
 from tests.fixtures.tiny_topk import TINY_TOPK, build_tiny_topk
+from tests.fixtures.tiny_sam3 import TINY_SAM3, build_tiny_sam3
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))
@@ -123,6 +124,7 @@ EXTRACTORS = (
     GLINER2_V2_MODEL,
     TINY_LIGHTON_OCR,
     TINY_PADDLEOCR_VL,
+    TINY_SAM3,
 )
 # The sparse embedders of the integrations (test_integrations) use it.
 SPARSE_MODELS = (SPARSE,)
@@ -210,6 +212,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         TINY_QWEN3_VL_RERANKER, "qwen3-vl-reranker", build_tiny_qwen3_vl_reranker(root / "q3vlr"), "score"
     )
     entries["topk-embed"] = _entry(TINY_TOPK, "topk-embed", build_tiny_topk(root / "topk"), "encode, score")
+    entries["sam3"] = _entry(TINY_SAM3, "sam3", build_tiny_sam3(root / "sam3"), "extract")
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

@@ -134,6 +134,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "whisper",
         "owlv2",
         "grounding-dino",
+        "sam3",
         "florence2",
         "donut",
         "lighton-ocr",
@@ -149,7 +150,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         "qwen3-vl-reranker",
         "ctranslate2",  # CTranslate2 runs it; nothing to decide
     }
-    assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == ("image",)
+    assert record_of("owlv2").inputs == record_of("grounding-dino").inputs == record_of("sam3").inputs == ("image",)
     assert record_of("florence2").inputs == record_of("donut").inputs == ("image",)
     assert record_of("lighton-ocr").inputs == record_of("paddleocr-vl").inputs == ("image",)
     assert record_of("glm-ocr").inputs == record_of("mineru").inputs == ("image",)
@@ -165,6 +166,7 @@ def test_the_records_say_what_used_to_be_five_tables() -> None:
         ("bge-m3", ["encode", "score"], ["text"], ["dense", "sparse", "multivector", "score"]),
         ("whisper", ["transcribe"], ["audio"], ["text"]),
         ("owlv2", ["extract"], ["image"], ["json"]),
+        ("sam3", ["extract"], ["image"], ["json"]),
         ("colpali", ["encode", "score"], ["text", "image"], ["multivector", "score"]),
         ("qwen3-vl-embedder", ["encode"], ["text", "image"], ["dense"]),
         ("qwen3-vl-reranker", ["score"], ["text", "image"], ["score"]),

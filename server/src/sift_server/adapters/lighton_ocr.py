@@ -38,7 +38,10 @@ class LightOnOcrAdapter(ChatOcrAdapter):
             ctx,
             adapter="lighton-ocr",
             model_type="lighton_ocr",
-            hint="LightOnOCR-2; LightOnOCR-3 is a Qwen3.5 checkpoint it does not run",
+            hint=(
+                "LightOnOCR-2; LightOnOCR-3 is a Qwen3.5 checkpoint the reference samples from unseeded, "
+                "so Sift has no answer to match (docs/models.md, 'OCR vision-language models')"
+            ),
             max_new_tokens=LIGHTON_MAX_NEW_TOKENS,
         )
         system_prompt = ctx.options.get("system_prompt", LIGHTON_SYSTEM_PROMPT)

@@ -227,6 +227,12 @@ _RECORDS: dict[str, AdapterRecord] = {
             inputs=("image",),
         ),
         AdapterRecord(
+            name="sam3",
+            target="sift_server.adapters.sam3:Sam3Adapter",
+            tasks=frozenset({"extract"}),
+            inputs=("image",),
+        ),
+        AdapterRecord(
             name="florence2",
             target="sift_server.adapters.florence2:Florence2Adapter",
             tasks=frozenset({"extract"}),
