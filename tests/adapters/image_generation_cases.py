@@ -68,6 +68,18 @@ def without_one_weight(folder: Path, copy: Path) -> Path:
     return copy
 
 
+def with_one_weight_reshaped(folder: Path, copy: Path) -> Path:
+    """A copy of ``folder`` whose checkpoint holds one matrix of another shape (a load must refuse it)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, copy)
+    weights = load_file(copy / "model.safetensors")
+    name = next(name for name in sorted(weights) if weights[name].dim() == 2 and weights[name].shape[1] > 1)
+    weights[name] = weights[name][:, :-1].contiguous()
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
 def image_items(names: Iterable[str]) -> list[dict[str, Any]]:
     """Wire items of one test page each, base64 in JSON."""
     items = []

@@ -32,6 +32,7 @@ from tests.adapters.image_generation_cases import (
     post_options,
     recorded_answers,
     retyped,
+    with_one_weight_reshaped,
     without_one_weight,
 )
 from tests.adapters.test_clip import serving
@@ -133,6 +134,9 @@ def test_other_folders_and_bad_catalog_options_are_refused(folder: Path, tmp_pat
     partial = without_one_weight(folder, tmp_path / "partial")
     with pytest.raises(UnservableModel, match="weights missing"):
         GlmOcrAdapter.load(load_context(partial))
+    reshaped = with_one_weight_reshaped(folder, tmp_path / "reshaped")
+    with pytest.raises(UnservableModel, match="mismatched"):
+        GlmOcrAdapter.load(load_context(reshaped))
     bare = tmp_path / "bare"
     shutil.copytree(folder, bare)
     (bare / "preprocessor_config.json").unlink()

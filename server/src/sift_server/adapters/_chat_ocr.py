@@ -92,9 +92,15 @@ def load_checked(model_class: Any, folder: Path, adapter: str) -> Any:
     or of another shape (transformers would fill it at random and answer nonsense)."""
     import torch
 
-    model, info = model_class.from_pretrained(
-        folder, local_files_only=True, dtype=torch.float32, output_loading_info=True
-    )
+    try:
+        model, info = model_class.from_pretrained(
+            folder, local_files_only=True, dtype=torch.float32, output_loading_info=True
+        )
+    except RuntimeError as error:
+        if "mismatched" not in str(error):
+            raise
+        # transformers refuses a weight of another shape itself, before the check below sees it.
+        raise UnservableModel(f"{adapter} cannot serve {folder}: {error}") from error
     missing = sorted(info.get("missing_keys") or [])
     mismatched = sorted(str(key) for key in info.get("mismatched_keys") or [])
     if missing or mismatched:

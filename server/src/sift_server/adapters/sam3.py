@@ -194,13 +194,7 @@ class Sam3Adapter(Adapter):
                 f"sam3 cannot serve {ctx.path}: its text tower has {positions!r} positions, "
                 f"fewer than the {PROMPT_TOKENS} every prompt is padded to."
             )
-        try:
-            model: Any = load_checked(Sam3Model, ctx.path, "sam3")
-        except RuntimeError as error:
-            if "mismatched" not in str(error):
-                raise
-            # transformers refuses a weight of another shape itself, before load_checked sees it.
-            raise UnservableModel(f"sam3 cannot serve {ctx.path}: {error}") from error
+        model: Any = load_checked(Sam3Model, ctx.path, "sam3")
         model.mask_decoder = _no_masks()
         model.to(device).eval()
         return cls(
