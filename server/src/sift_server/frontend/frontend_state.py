@@ -22,7 +22,7 @@ from sift_server.core.serve import Call, Reply, handle
 from sift_server.core.state import ServerState
 from sift_server.engine.model_engine import ModelEngine
 from sift_server.engine.policy import make_policy
-from sift_server.errors import SiftError
+from sift_server.errors import InvalidInput, SiftError
 from sift_server.frontend.client import EngineLink, RemoteEngine
 from sift_server.metrics import Metrics
 from sift_server.registry.calibrate import Curve
@@ -53,6 +53,13 @@ class FrontendRegistry(Registry):
         self.link = link
 
     def ready_engine(self, name: str) -> tuple[ModelRecord, ModelEngine]:
+        if "generate" in self.record(name).spec.tasks:
+            # A generation runs in its adapter, not through an engine's submit: not split.
+            raise InvalidInput(
+                f"Model '{name}' generates text, which `sift serve --frontends` does not serve; "
+                "serve it without --frontends.",
+                param="model",
+            )
         try:
             return super().ready_engine(name)
         except SiftError:

@@ -18,6 +18,7 @@ from types import FrameType
 
 from sift_server.config import Settings
 from sift_server.core.state import runtime_instance_id
+from sift_server.registry.catalog import Catalog
 
 log = logging.getLogger("sift")
 
@@ -50,8 +51,21 @@ def _stop(children: list[subprocess.Popen[bytes]], sig: int, wait_s: float) -> N
             child.wait()
 
 
+def refusal(settings: Settings) -> str | None:
+    """Why these settings cannot be served split (None: they can)."""
+    catalog = Catalog.from_dirs(settings.catalog)
+    for name in [settings.default_model, *settings.preload]:
+        if name in catalog and "generate" in catalog.specs[name].tasks:
+            return f"{name} generates text, which --frontends does not serve (its work is not an engine's submit)"
+    return None
+
+
 def run_split(settings: Settings) -> int:
-    """Serve until a signal (0) or a child's death (1)."""
+    """Serve until a signal (0) or a child's death (1); 2 where the settings cannot be served split."""
+    refused = refusal(settings)
+    if refused is not None:
+        print(f"sift: --frontends: {refused}", file=sys.stderr)
+        return 2
     count = settings.frontends
     config = json.dumps({"settings": settings.model_dump(mode="json"), "instance": runtime_instance_id()})
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
