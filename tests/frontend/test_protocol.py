@@ -67,12 +67,3 @@ def test_errors_keep_their_class_message_and_retry_after() -> None:
     assert isinstance(failure, Failure)
     got = failure.error
     assert type(got) is QueueFull and got.message == error.message and got.retry_after == 1 and got.status == 503
-
-
-def test_a_generation_model_is_refused_before_anything_starts() -> None:
-    from sift_server.config import Settings
-    from sift_server.frontend.supervisor import refusal
-
-    assert refusal(Settings(frontends=2)) is None
-    reason = refusal(Settings(frontends=2, preload=["google/madlad400-3b-mt"]))
-    assert reason is not None and "google/madlad400-3b-mt generates text" in reason
