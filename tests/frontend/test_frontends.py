@@ -209,6 +209,25 @@ def test_models_and_readiness(servers: tuple[ServerProcess, ServerProcess]) -> N
     assert len(instances) == 1
 
 
+def _requests_total(text: str, model: str) -> float:
+    prefix = f'sie_requests_total{{endpoint="encode",model="{model}",status="200"}} '
+    return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_metrics_count_every_front_ends_requests(servers: tuple[ServerProcess, ServerProcess]) -> None:
+    _, split = servers
+    before = _requests_total(httpx.get(split.url + "/metrics").text, TINY_EMBEDDER)
+    for _ in range(12):  # new connections: the kernel spreads them over both front-ends
+        response = httpx.post(split.url + f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "counted"}]})
+        assert response.status_code == 200
+    time.sleep(0.2)  # the counts travel with the front-ends' next frame
+    for _ in range(4):  # whichever front-end answers, the whole server's figures
+        text = httpx.get(split.url + "/metrics").text
+        assert _requests_total(text, TINY_EMBEDDER) == before + 12
+        assert f'sift_forward_seconds_count{{model="{TINY_EMBEDDER}"}}' in text
+        assert f'sift_model_loaded{{model="{TINY_EMBEDDER}"}} 1.0' in text
+
+
 def test_a_cold_model_answers_model_loading_then_serves(servers: tuple[ServerProcess, ServerProcess]) -> None:
     _, split = servers
     path = f"{split.url}/v1/encode/{COLD}"

@@ -12,6 +12,8 @@ import logging
 import socket
 from typing import Any
 
+from prometheus_client import generate_latest
+
 from sift_server.api.models import model_info
 from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
@@ -24,6 +26,7 @@ from sift_server.frontend.protocol import (
     Ask,
     Begin,
     Cancel,
+    Count,
     End,
     Failure,
     Pickled,
@@ -58,6 +61,14 @@ class EngineServer:
         self.state.ready = True
         self.ready.set()
         log.info("engine process ready: serving %s", settings.default_model)
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus text of the server: the engines' and, counted here, every front-end's requests."""
+        metrics = self.state.metrics
+        for name, record in self.state.registry.records.items():
+            if record.engine is not None:
+                metrics.queue_depth.labels(name).set(record.engine.queued_items)
+        return generate_latest(metrics.registry)
 
     async def attach(self, sock: socket.socket) -> Session:
         session = Session(self)
@@ -99,6 +110,8 @@ class Session:
                 cancelled = self.tickets.pop(message.key, None)
                 if cancelled is not None:
                     cancelled.future.cancel()
+            elif kind is Count:
+                self.server.state.metrics.count(message.model, message.endpoint, message.status, message.seconds)
             elif kind is Ask:
                 task = asyncio.ensure_future(self._answer(message))
                 self.asking.add(task)
@@ -139,6 +152,8 @@ class Session:
                 value = Pickled(model_info(self.registry.record(ask.model), self.server.state.runtime_instance))
             elif ask.what == "want":
                 self.registry.ready_engine(ask.model)
+            elif ask.what == "metrics":
+                value = self.server.metrics_text()
         except SiftError as error:
             value = Pickled(error)
         if not self.lost:

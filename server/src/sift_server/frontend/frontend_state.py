@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import Response
 
 from sift_server.adapters.base import Adapter
 from sift_server.api.app import SiftApp, api_app
@@ -24,6 +26,7 @@ from sift_server.engine.model_engine import ModelEngine
 from sift_server.engine.policy import make_policy
 from sift_server.errors import InvalidInput, SiftError
 from sift_server.frontend.client import EngineLink, RemoteEngine
+from sift_server.frontend.protocol import Count
 from sift_server.metrics import Metrics
 from sift_server.registry.calibrate import Curve
 from sift_server.registry.catalog import Catalog, ModelSpec
@@ -68,9 +71,21 @@ class FrontendRegistry(Registry):
             raise
 
 
+class FrontendMetrics(Metrics):
+    """Request counts go to the engine process, which serves the whole server's metrics."""
+
+    def __init__(self, link: EngineLink, known_models: frozenset[str]) -> None:
+        super().__init__(known_models)
+        self.link = link
+
+    def count(self, model: str, endpoint: str, status: int, seconds: float | None = None) -> None:
+        if not self.link.lost:
+            self.link.send(Count(model, endpoint, status, seconds))
+
+
 def frontend_state(settings: Settings, link: EngineLink) -> ServerState:
     catalog = Catalog.from_dirs(settings.catalog)
-    metrics = Metrics(frozenset(catalog.names()))
+    metrics = FrontendMetrics(link, frozenset(catalog.names()))
     policy = make_policy(settings.policy, max_hold_ms=settings.max_hold_ms, max_wait_ms=settings.max_batch_wait_ms)
 
     def remote_engine(spec: ModelSpec, adapter: Adapter, curve: Curve | None) -> ModelEngine:
@@ -88,7 +103,6 @@ def frontend_state(settings: Settings, link: EngineLink) -> ServerState:
         decide_in_background=False,
         backend_override=settings.backend,
     )
-    metrics.watch_models(registry.model_states)
     return ServerState(
         settings=settings, registry=registry, limits=limits_of(settings), metrics=metrics, prep=PrepThread()
     )
@@ -127,4 +141,14 @@ def frontend_app(state: ServerState, link: EngineLink, engine: socket.socket) ->
         lifespan=lifespan,
         describe=describe,
     )
+
+    async def metrics() -> Response:
+        text: bytes = await link.ask("metrics")
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    # /metrics: the engine process's text (the models, their forwards, every front-end's
+    # requests), matched before the one api_app includes.
+    api.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
+    api.router.routes.insert(0, api.router.routes.pop())
+
     return SiftApp(api, serve)

@@ -69,11 +69,21 @@ class Cancel(msgspec.Struct, tag=4, array_like=True):
 class Ask(msgspec.Struct, tag=5, array_like=True):
     """A question answered by a ``Reply`` with the same key: ``ready`` (the engine's
     preloads are loaded), ``describe`` (``model``'s /v1/models entry), ``want`` (load
-    ``model`` if it is not: the reply is the refusal or None)."""
+    ``model`` if it is not: the reply is the refusal or None), ``metrics`` (the
+    Prometheus text of the whole server)."""
 
     key: int
     what: str
     model: str
+
+
+class Count(msgspec.Struct, tag=9, array_like=True):
+    """A finished request, for the request metrics (which the engine process keeps for all)."""
+
+    model: str
+    endpoint: str
+    status: int
+    seconds: float | None
 
 
 # ---- engine -> front-end -------------------------------------------------
@@ -98,7 +108,7 @@ class Reply(msgspec.Struct, tag=8, array_like=True):
     value: Any
 
 
-Message = Begin | End | Submit | Cancel | Ask | Answer | Failure | Reply
+Message = Begin | End | Submit | Cancel | Ask | Count | Answer | Failure | Reply
 
 
 def _enc_hook(obj: Any) -> Any:
