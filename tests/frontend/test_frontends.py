@@ -88,6 +88,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _role(pid: int) -> str:
+    """``engine`` or ``frontend``: the child's role, from its command line."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return args[args.index(b"sift_server.frontend.child") + 1].decode()
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -245,31 +251,12 @@ def test_a_cold_model_answers_model_loading_then_serves(servers: tuple[ServerPro
 
 
 def _split_server(catalog: Path, log: Path) -> tuple[ServerProcess, list[int]]:
-    server = start_server(
-        [
-            "--catalog",
-            str(catalog),
-            "--model",
-            TINY_EMBEDDER,
-            "--backend",
-            "torch:fp32",
-            "--frontends",
-            "2",
-            "--shutdown-grace-s",
-            "3",
-        ],
-        log,
-    )
-    children = _children(server.process.pid)
-    assert len(children) == 3  # the engine and two front-ends
+    """One front-end (the fewest processes to start); its children, the engine first."""
+    args = ["--catalog", str(catalog), "--model", TINY_EMBEDDER, "--backend", "torch:fp32", "--no-calibrate"]
+    server = start_server([*args, "--frontends", "1", "--shutdown-grace-s", "3"], log)
+    children = sorted(_children(server.process.pid), key=lambda pid: _role(pid) != "engine")
+    assert [_role(pid) for pid in children] == ["engine", "frontend"]
     return server, children
-
-
-def test_sigterm_drains_and_leaves_no_process(catalog: Path, tmp_path: Path) -> None:
-    server, children = _split_server(catalog, tmp_path / "server.log")
-    assert httpx.post(server.url + f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "x"}]}).status_code == 200
-    assert server.stop(signal.SIGTERM, timeout=30) == 0
-    assert _wait_gone(children, 10) == []
 
 
 def _load(url: str, stop: threading.Event, statuses: list[int]) -> None:
@@ -291,8 +278,7 @@ def test_a_front_end_killed_mid_request_ends_the_server(catalog: Path, tmp_path:
         client.start()
     time.sleep(1.0)
     assert 200 in statuses
-    engine = min(children)  # started first
-    front_end = max(children)
+    _, front_end = children
     os.kill(front_end, signal.SIGKILL)
     try:
         assert server.process.wait(30) == 1  # the supervisor saw it and ended the rest
@@ -303,7 +289,6 @@ def test_a_front_end_killed_mid_request_ends_the_server(catalog: Path, tmp_path:
         for client in clients:
             client.join()
         server.stop(signal.SIGKILL)
-    assert engine in children
 
 
 def test_the_children_end_with_a_killed_supervisor(catalog: Path, tmp_path: Path) -> None:
@@ -312,3 +297,12 @@ def test_the_children_end_with_a_killed_supervisor(catalog: Path, tmp_path: Path
     server.process.wait()
     assert _wait_gone(children, 20) == []
     server.stop()
+
+
+# Last in the module: it ends the shared split server.
+def test_sigterm_drains_and_leaves_no_process(servers: tuple[ServerProcess, ServerProcess]) -> None:
+    _, split = servers
+    children = _children(split.process.pid)
+    assert len(children) == 3  # the engine and two front-ends
+    assert split.stop(signal.SIGTERM, timeout=30) == 0
+    assert _wait_gone(children, 10) == []

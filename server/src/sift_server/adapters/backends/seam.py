@@ -99,6 +99,9 @@ class PrepareOnly(Runner):
     """No network at all: the runner of an adapter loaded to prepare requests only
     (``LoadContext.prepare_only``, a front-end of ``sift serve --frontends``)."""
 
+    choice = Choice("none", "none")
+    effective_precision = "none"
+
     def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray:
         raise RuntimeError("this adapter was loaded to prepare requests only; the engine process runs forwards")
 
