@@ -22,6 +22,7 @@ class Channel(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._outbox: list[Any] = []
         self._flush_pending = False
+        self._lazy: asyncio.TimerHandle | None = None
         self._buffer = bytearray()
         self.closed = False
 
@@ -70,7 +71,19 @@ class Channel(asyncio.Protocol):
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def send_later(self, message: Any, within_s: float) -> None:
+        """Queue ``message`` without a frame of its own: it leaves with the next one, or
+        within ``within_s`` (what nobody waits for: it costs the other side no wake-up)."""
+        if self.closed:
+            return
+        self._outbox.append(message)
+        if not self._flush_pending and self._lazy is None:
+            self._lazy = asyncio.get_running_loop().call_later(within_s, self._flush)
+
     def _flush(self) -> None:
+        if self._lazy is not None:
+            self._lazy.cancel()
+            self._lazy = None
         self._flush_pending = False
         messages, self._outbox = self._outbox, []
         if messages and self._transport is not None and not self.closed:

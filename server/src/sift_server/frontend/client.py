@@ -37,6 +37,9 @@ from sift_server.frontend.protocol import (
 
 log = logging.getLogger(__name__)
 
+# Request counts (metrics) reach the engine process with the next frame, or within this.
+LAZY_S = 0.25
+
 
 class EngineLink:
     """This front-end's connection to the engine process: requests in flight by key,
@@ -57,6 +60,11 @@ class EngineLink:
     def send(self, message: Any) -> None:
         assert self.channel is not None
         self.channel.send(message)
+
+    def send_later(self, message: Any) -> None:
+        """``message`` with the next frame, or within ``LAZY_S`` (request counts)."""
+        assert self.channel is not None
+        self.channel.send_later(message, LAZY_S)
 
     def next_ident(self) -> int:
         return next(self._idents)

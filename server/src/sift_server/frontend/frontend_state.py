@@ -80,7 +80,7 @@ class FrontendMetrics(Metrics):
 
     def count(self, model: str, endpoint: str, status: int, seconds: float | None = None) -> None:
         if not self.link.lost:
-            self.link.send(Count(model, endpoint, status, seconds))
+            self.link.send_later(Count(model, endpoint, status, seconds))
 
 
 def frontend_state(settings: Settings, link: EngineLink) -> ServerState:
