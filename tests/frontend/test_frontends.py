@@ -222,6 +222,7 @@ def _requests_total(text: str, model: str) -> float:
 
 def test_metrics_count_every_front_ends_requests(servers: tuple[ServerProcess, ServerProcess]) -> None:
     _, split = servers
+    time.sleep(0.5)  # the earlier tests' counts arrive first (with a frame, or within 0.25 s)
     before = _requests_total(httpx.get(split.url + "/metrics").text, TINY_EMBEDDER)
     for _ in range(12):  # new connections: the kernel spreads them over both front-ends
         response = httpx.post(split.url + f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "counted"}]})
