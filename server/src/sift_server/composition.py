@@ -97,11 +97,16 @@ def build_state(
     )
     metrics.watch_models(registry.model_states)
     tracing.start(settings.otlp_endpoint)
+    limits = limits_of(settings)
+    return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics, prep=PrepThread())
+
+
+def limits_of(settings: Settings) -> Limits:
+    """What one request may carry."""
     images = ImageLimits(
         per_item=settings.max_images_per_item,
         per_request=settings.max_images_per_request,
         max_bytes=settings.max_image_bytes,
         max_pixels=settings.max_image_pixels,
     )
-    limits = Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items, images=images)
-    return ServerState(settings=settings, registry=registry, limits=limits, metrics=metrics, prep=PrepThread())
+    return Limits(max_item_bytes=settings.max_item_bytes, max_items=settings.max_request_items, images=images)

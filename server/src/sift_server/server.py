@@ -204,6 +204,14 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 
 def serve(settings: Settings) -> None:
     configure_logging(settings)
+    if settings.frontends > 0:
+        # The request work in front-end processes, the models in an engine process.
+        from sift_server.frontend.supervisor import run_split
+
+        code = run_split(settings)
+        if code:
+            raise SystemExit(code)
+        return
     tune_collector()
     state = build_state(settings)
     app = create_app(state)

@@ -172,6 +172,9 @@ class LoadContext:
     repository_code: Mapping[str, str] = field(default_factory=dict)
     # A remote entry's upstream (the catalog's ``remote`` block, as plain values); None for local weights.
     remote: Mapping[str, Any] | None = None
+    # Load what ``prepare`` needs and no network (a front-end of ``sift serve --frontends``);
+    # only adapters whose ``loads_prepare_only`` is True are asked.
+    prepare_only: bool = False
 
 
 class Adapter(abc.ABC):
@@ -187,6 +190,9 @@ class Adapter(abc.ABC):
     # without importing PyTorch or transformers (the loader then leaves their import to
     # the load that needs them; otherwise it imports them lean first, as above).
     loads_runtime_without_torch: ClassVar[bool] = False
+    # Whether ``load`` honours ``LoadContext.prepare_only``: an adapter that only prepares
+    # (tokenizer, sizes), whose ``forward`` is never called (sift_server/frontend).
+    loads_prepare_only: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod

@@ -33,7 +33,7 @@ from sift_server.adapters._probes import BATCH, PROBE_QUERY, PROBE_TEXTS
 from sift_server.adapters._torch_runtime import select_device, tokenizer_limit
 from sift_server.adapters.backends.choice import open_runner
 from sift_server.adapters.backends.runners import TorchRunner
-from sift_server.adapters.backends.seam import Graph, Runner
+from sift_server.adapters.backends.seam import Graph, PrepareOnly, Runner
 from sift_server.adapters.backends.select import SCORES, may_run_torch, select
 from sift_server.adapters.base import (
     Adapter,
@@ -88,6 +88,8 @@ class _ByPosition(torch.nn.Module):
 class CrossEncoderAdapter(LoraHost, Adapter):
     """Scores (query, text) pairs with an ``AutoModelForSequenceClassification``."""
 
+    loads_prepare_only = True
+
     def __init__(
         self,
         runner: Runner,
@@ -129,6 +131,8 @@ class CrossEncoderAdapter(LoraHost, Adapter):
         tokenizer = AutoTokenizer.from_pretrained(ctx.path, local_files_only=True)
         config = AutoConfig.from_pretrained(ctx.path, local_files_only=True)
         max_length = effective_max_length(ctx.max_sequence_length, tokenizer, config)
+        if ctx.prepare_only:
+            return cls(PrepareOnly(), tokenizer, max_length, activation)
         names = tuple(tokenizer.model_input_names)
         probe = tokenizer(
             [PROBE_QUERY] * len(PROBE_TEXTS), list(PROBE_TEXTS), truncation="only_second", max_length=max_length

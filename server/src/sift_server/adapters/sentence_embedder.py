@@ -24,7 +24,7 @@ from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer, pad_ro
 from sift_server.adapters.backends import buckets, call_cost
 from sift_server.adapters.backends.choice import open_runner
 from sift_server.adapters.backends.runners import TorchRunner
-from sift_server.adapters.backends.seam import Graph, Runner
+from sift_server.adapters.backends.seam import Graph, PrepareOnly, Runner
 from sift_server.adapters.backends.select import COSINE, may_run_torch, select
 from sift_server.adapters.base import Adapter, AdapterInfo, EncodeTask, LoadContext, Part, Prepared, TaskInput
 from sift_server.adapters.repository_code import PinnedCode
@@ -100,6 +100,7 @@ class _HiddenStates(Graph):
 class SentenceEmbedderAdapter(LoraHost, Adapter):
     # The tokenizer from tokenizer.json, pooling and sizes from the folder's JSON files.
     loads_runtime_without_torch = True
+    loads_prepare_only = True
 
     def __init__(
         self,
@@ -152,6 +153,17 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         max_length = int(ctx.max_sequence_length or layout.max_seq_length or 512)
         tokenizer = load_tokenizer(folder)
         normalize = bool(options.get("normalize", True))
+        if ctx.prepare_only:
+            return cls(
+                tokenizer,
+                PrepareOnly(),
+                hidden_size=int(read_json(folder / "config.json").get("hidden_size") or 0),
+                pooling=pooling,
+                normalize=normalize,
+                max_length=max_length,
+                query_prefix=query_prefix,
+                document_prefix=document_prefix,
+            )
         probe_rows = tokenizer.ids(PROBE_TEXTS, max_length)
         pad_id = tokenizer.pad_token_id
 

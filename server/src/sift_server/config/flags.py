@@ -22,7 +22,7 @@ from sift_server.config.settings import GROUPS, Settings, flag, variable
 
 # The groups of settings each command uses, in the order its help shows them.
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
-    "serve": ("models", "server", "engine", "limits", "memory", "heap", "process"),
+    "serve": ("models", "server", "frontends", "engine", "limits", "memory", "heap", "process"),
     "worker": ("models", "engine", "limits", "memory", "cluster", "worker", "process"),
     "gateway": ("models", "server", "cluster", "gateway", "heap", "process"),
 }

@@ -62,6 +62,18 @@ class ServerSettings(BaseModel):
         return value
 
 
+class FrontendSettings(BaseModel):
+    """``sift serve``'s processes (sift_server/frontend, docs/benchmarks/frontends.md)."""
+
+    frontends: int = setting(
+        0,
+        "Run the request work (HTTP, decoding, tokenizing, answers) in this many front-end processes that hand "
+        "prepared requests to one engine process (0: one process, the default).",
+        ge=0,
+        le=64,
+    )
+
+
 class ProcessSettings(BaseModel):
     """Every long-running command."""
 
@@ -210,6 +222,7 @@ class WorkerSettings(BaseModel):
 
 GROUPS: dict[str, type[BaseModel]] = {
     "server": ServerSettings,
+    "frontends": FrontendSettings,
     "process": ProcessSettings,
     "models": ModelSettings,
     "limits": LimitsSettings,
@@ -224,6 +237,7 @@ GROUPS: dict[str, type[BaseModel]] = {
 
 class Settings(
     ServerSettings,
+    FrontendSettings,
     ProcessSettings,
     ModelSettings,
     LimitsSettings,

@@ -84,10 +84,12 @@ def load_adapter(
     rechoose_backend: bool = False,
     cache_dir: Path | None = None,
     recorded_only: bool = False,
+    prepare_only: bool = False,
 ) -> Adapter:
-    """``rechoose_backend``: ``auto`` times the candidates again instead of reusing the
-    recorded decision; ``cache_dir``: exported artifacts and decisions (None: the
-    artifact store's default).
+    """``prepare_only``: what ``prepare`` needs and no network, where the adapter can
+    (``Adapter.loads_prepare_only``; the caller checks). ``rechoose_backend``: ``auto``
+    times the candidates again instead of reusing the recorded decision; ``cache_dir``:
+    exported artifacts and decisions (None: the artifact store's default).
 
     An ``auto`` entry with a recorded decision opens the chosen runtime directly:
     transformers' model code (and with it PyTorch) is imported only when the
@@ -110,6 +112,8 @@ def load_adapter(
         remote=spec.remote.model_dump() if spec.remote is not None else None,
     )
     adapter_type = adapter_class(spec.adapter)
+    if prepare_only:
+        return adapter_type.load(dataclasses.replace(ctx, prepare_only=True))
     lean = plan.may_run_torch and adapter_type.transformers_models
     if lean and not adapter_type.loads_runtime_without_torch:
         # Its load imports transformers whatever runs: import the model code lean first.

@@ -93,3 +93,17 @@ class Backend(abc.ABC):
 class Runner(Backend):
     @abc.abstractmethod
     def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray: ...
+
+
+class PrepareOnly(Runner):
+    """No network at all: the runner of an adapter loaded to prepare requests only
+    (``LoadContext.prepare_only``, a front-end of ``sift serve --frontends``)."""
+
+    choice = Choice("none", "none")
+    effective_precision = "none"
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> np.ndarray:
+        raise RuntimeError("this adapter was loaded to prepare requests only; the engine process runs forwards")
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "none", "precision": None, "prepare_only": True}

@@ -45,7 +45,7 @@ from sift_server.adapters._torch_runtime import configure_threads, select_device
 from sift_server.adapters.backends.choice import open_runner
 from sift_server.adapters.backends.request import REFERENCE
 from sift_server.adapters.backends.runners import TorchRunner
-from sift_server.adapters.backends.seam import Runner
+from sift_server.adapters.backends.seam import PrepareOnly, Runner
 from sift_server.adapters.backends.select import select
 from sift_server.adapters.base import (
     Adapter,
@@ -85,6 +85,8 @@ class GliClassPayload:
 
 class GliClassAdapter(Adapter):
     """Classifies each text against the request's labels (or each of its label groups)."""
+
+    loads_prepare_only = True
 
     def __init__(
         self,
@@ -148,6 +150,9 @@ class GliClassAdapter(Adapter):
             device="cpu",
             progress_bar=False,
         )
+        if ctx.prepare_only:
+            stand_in.runner = PrepareOnly()
+            return cls(pipeline, stand_in.runner, tokenizer, ctx.options, max_tokens)
         single_label = _catalog_single_label(ctx.options)
         labels = list(GLICLASS_PROBE_LABELS)
         probe = pipeline.pipe.prepare_inputs(list(PROBE_TEXTS), labels, same_labels=True)
