@@ -80,8 +80,8 @@ from tests.fixtures.tiny_qwen3_vl import (
     build_tiny_qwen3_vl_embedder,
     build_tiny_qwen3_vl_reranker,
 )
-from tests.fixtures.tiny_topk import TINY_TOPK, build_tiny_topk
 from tests.fixtures.tiny_sam3 import TINY_SAM3, build_tiny_sam3
+from tests.fixtures.tiny_topk import TINY_TOPK, build_tiny_topk
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_VENV = Path(os.environ.get("SIFT_SIE_COMPAT_VENV", ROOT / ".venv" / "sie-compat"))

@@ -51,7 +51,8 @@ CASES: list[tuple[str, object, int, str]] = [
         400,
         "INVALID_INPUT",
     ),
-    ("profile in path", (ENCODE + ":nope", {"items": [{"text": "x"}]}), 400, "INVALID_INPUT"),
+    # As the reference: a model:profile that is no entry of the catalog is an unknown model.
+    ("unknown profile in path", (ENCODE + ":nope", {"items": [{"text": "x"}]}), 404, "MODEL_NOT_FOUND"),
     (
         "bad overflow policy",
         (ENCODE, {"items": [{"text": "x"}], "params": {"options": {"overflow_policy": "cut"}}}),

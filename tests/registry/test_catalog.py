@@ -133,3 +133,61 @@ def test_lora_sources_need_exactly_one_location(tmp_path: Path) -> None:
     entry.write_text(base + "loras:\n  a: {hf: org/a}\n  b: {path: b}\nmax_loaded_loras: 1\n")
     spec = load_spec(entry)
     assert sorted(spec.loras) == ["a", "b"] and spec.max_loaded_loras == 1
+
+
+GLINER = "name: x\nadapter: gliner\nsource: {hf: a}\ntasks: [extract]\n"
+
+
+@pytest.mark.parametrize(
+    ("profiles", "field", "why"),
+    [
+        ("profiles: {default: {options: {threshold: 0.1}}}", "profiles", "'default' is reserved"),
+        ("profiles: {'a:b': {options: {threshold: 0.1}}}", "profiles", "is not a profile name"),
+        ("profiles: {'a/b': {options: {threshold: 0.1}}}", "profiles", "is not a profile name"),
+        ("profiles: {'': {options: {threshold: 0.1}}}", "profiles", "is not a profile name"),
+        ("profiles: {low: {options: {}}}", "profiles.low.options", "at least 1 item"),
+        ("profiles: {low: {}}", "profiles.low.options", "required"),
+        ("profiles: {low: {options: [threshold]}}", "profiles.low.options", "dictionary"),
+        ("profiles: {low: {options: {profile: high}}}", "profiles.low", "cannot name a profile"),
+        # The reference's own spelling is not Sift's: a profile holds runtime options only.
+        (
+            "profiles: {low: {extends: default, adapter_options: {runtime: {threshold: 0.1}}}}",
+            "profiles.low.extends",
+            "Extra inputs",
+        ),
+        ("profiles: [low]", "profiles", "dictionary"),
+    ],
+)
+def test_profile_errors_name_the_field(tmp_path: Path, profiles: str, field: str, why: str) -> None:
+    path = write(tmp_path, "e.yaml", GLINER + profiles + "\n")
+    with pytest.raises(CatalogError) as info:
+        Catalog.from_dirs([tmp_path], include_shipped=False)
+    message = str(info.value)
+    assert str(path) in message and f"field '{field}" in message and why in message, message
+
+
+def test_a_profile_may_not_take_another_entrys_name(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GLINER + "profiles: {low: {options: {threshold: 0.1}}}\n")
+    write(tmp_path, "b.yaml", GLINER.replace("name: x", "name: 'x:low'"))
+    with pytest.raises(
+        CatalogError, match=r"a\.yaml: field 'profiles\.low': 'x:low' is the name of the entry in .*b\.yaml"
+    ):
+        Catalog.from_dirs([tmp_path], include_shipped=False)
+
+
+def test_profiles_are_listed_and_addressed(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GLINER + "profiles: {low: {options: {threshold: 0.1}}, high: {options: {t: 1}}}\n")
+    catalog = Catalog.from_dirs([tmp_path], include_shipped=False)
+    assert catalog.names() == ["x"]
+    assert catalog.listed() == ["x", "x:high", "x:low"]
+    assert catalog.addressed("x") == ("x", None)
+    assert catalog.addressed("x:low") == ("x", "low")
+    # Not a profile of the entry: left as it is, for the registry's 404.
+    assert catalog.addressed("x:default") == ("x:default", None)
+    assert catalog.addressed("x:nope") == ("x:nope", None)
+    assert catalog.addressed("y:low") == ("y:low", None)
+
+
+def test_shipped_docling_has_the_references_ocr_profile() -> None:
+    spec = Catalog.from_dirs([], check_weights=False).get("docling")
+    assert {name: profile.options for name, profile in spec.profiles.items()} == {"ocr": {"ocr": True}}

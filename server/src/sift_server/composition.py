@@ -39,7 +39,7 @@ def build_state(
     for name in [settings.default_model, *settings.preload]:
         if name not in catalog:
             raise CatalogError(f"model {name!r} is not in the catalog; known: {', '.join(catalog.names())}")
-    metrics = Metrics(frozenset(catalog.names()))
+    metrics = Metrics(frozenset(catalog.listed()))
     trace: TraceSink | None = JsonlTrace(settings.trace_file) if settings.trace_file else None
     # The operator bounds the batching; the batching model's constants are the engine's own.
     policy = make_policy(settings.policy, max_hold_ms=settings.max_hold_ms, max_wait_ms=settings.max_batch_wait_ms)

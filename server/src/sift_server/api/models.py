@@ -20,8 +20,23 @@ from sift_server.registry.registry import ModelRecord
 _TASK_OUTPUTS = {"score": ["score"], "extract": ["json"], "generate": ["text"], "transcribe": ["text"]}
 
 
-def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
+def _profile_info(is_default: bool, runtime_instance: str) -> dict[str, Any]:
+    return {
+        "is_default": is_default,
+        "identity": None,
+        "remote_contract_sha256": None,
+        "remote_execution_sha256": None,
+        "runtime_instance_id": runtime_instance,
+    }
+
+
+def model_info(record: ModelRecord, runtime_instance: str, profile: str | None = None) -> dict[str, Any]:
+    """The entry's ModelInfo, with its profiles; ``profile``: the ``{name}:{profile}``
+    entry's, whose only profile is its ``default`` (the reference's profile variants)."""
     spec = record.spec
+    profiles = {"default": _profile_info(True, runtime_instance)}
+    if profile is None:
+        profiles.update((name, _profile_info(False, runtime_instance)) for name in spec.profiles)
     adapter = record_of(spec.adapter)
     outputs: list[str] = []
     dims: dict[str, int] = {}
@@ -33,7 +48,7 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
         else:
             outputs.extend(_TASK_OUTPUTS[task])
     return {
-        "name": spec.name,
+        "name": spec.name if profile is None else f"{spec.name}:{profile}",
         "inputs": list(record.adapter.info.inputs if record.adapter else adapter.inputs),
         "outputs": outputs,
         "dims": dims,
@@ -41,15 +56,7 @@ def model_info(record: ModelRecord, runtime_instance: str) -> dict[str, Any]:
         "state": record.state,
         "last_error": record.last_error.as_dict() if record.last_error else None,
         "max_sequence_length": record.adapter.info.max_sequence_length if record.adapter else spec.max_sequence_length,
-        "profiles": {
-            "default": {
-                "is_default": True,
-                "identity": None,
-                "remote_contract_sha256": None,
-                "remote_execution_sha256": None,
-                "runtime_instance_id": runtime_instance,
-            }
-        },
+        "profiles": profiles,
         "revision": spec.source.revision if spec.source is not None else None,
         "capabilities": None,
         # A remote model is served by its upstream alone, as the reference's remote-backed models.
@@ -67,7 +74,8 @@ Describe = Callable[[ServerState, str], Awaitable[dict[str, Any]]]
 
 
 async def describe_local(state: ServerState, name: str) -> dict[str, Any]:
-    return model_info(state.registry.record(name), state.runtime_instance)
+    entry, profile = state.registry.catalog.addressed(name)
+    return model_info(state.registry.record(entry), state.runtime_instance, profile)
 
 
 def models_router(describe: Describe) -> APIRouter:
@@ -76,7 +84,7 @@ def models_router(describe: Describe) -> APIRouter:
     @router.get("/v1/models", include_in_schema=False)
     async def list_models(request: Request) -> Response:
         state: ServerState = request.app.state.sift
-        return JSONResponse({"models": [await describe(state, name) for name in state.registry.catalog.names()]})
+        return JSONResponse({"models": [await describe(state, name) for name in state.registry.catalog.listed()]})
 
     @router.get("/v1/models/{model:path}", include_in_schema=False)
     async def get_model(request: Request, model: str) -> Response:

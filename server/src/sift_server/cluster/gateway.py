@@ -108,9 +108,10 @@ def describe_with_workers(gateway: Gateway) -> Describe:
     """``/v1/models``: the catalog's entry and what a live worker's heartbeat says."""
 
     async def describe(state: ServerState, name: str) -> dict[str, Any]:
-        record = state.registry.record(name)
-        view = await gateway.worker_view(name) if await gateway.has_worker(name) else None
-        return describe_through_gateway(model_info(record, state.runtime_instance), view)
+        entry, profile = state.registry.catalog.addressed(name)
+        record = state.registry.record(entry)
+        view = await gateway.worker_view(entry) if await gateway.has_worker(entry) else None
+        return describe_through_gateway(model_info(record, state.runtime_instance, profile), view)
 
     return describe
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sift_server.adapters.backends.request import BackendName, PrecisionName, check_pair
 from sift_server.adapters.base import Task
@@ -105,6 +106,26 @@ class Batching(BaseModel):
     max_queue_items: int | None = Field(default=None, ge=1)
 
 
+# A profile's name: it follows the model's name after a ':' in a request's path.
+PROFILE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+
+
+class Profile(BaseModel):
+    """A named set of runtime options (API.md §1.1, the reference's
+    ``adapter_options.runtime`` of a profile that extends ``default``): the same
+    weights and load options as the entry, these options under each request's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    options: dict[str, Any] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _no_profile_key(self) -> Profile:
+        if "profile" in self.options:
+            raise ValueError("a profile's options cannot name a profile")
+        return self
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -127,6 +148,8 @@ class ModelSpec(BaseModel):
     loras: dict[str, LoraSource] = Field(default_factory=dict)
     # At most this many LoRAs stay loaded; the least recently used one is dropped.
     max_loaded_loras: int = Field(default=4, ge=1)
+    # Named runtime-option sets, addressed as ``{name}:{profile}`` or by options.profile.
+    profiles: dict[str, Profile] = Field(default_factory=dict)
     # The folder's own Python files (auto_map architectures) the operator has read and
     # allows to run, each with its SHA-256 (adapters/repository_code.py); empty: never run.
     repository_code: dict[str, str] = Field(default_factory=dict)
@@ -154,6 +177,19 @@ class ModelSpec(BaseModel):
         if self.repository_code:
             self._check_repository_code(record.repository_code)
         return self
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, profiles: dict[str, Profile]) -> dict[str, Profile]:
+        for profile in profiles:
+            if profile == "default":
+                raise ValueError("'default' is reserved: the entry itself is the default profile")
+            if not re.fullmatch(PROFILE_NAME, profile):
+                raise ValueError(
+                    f"{profile!r} is not a profile name (letters, digits, '.', '_' and '-', "
+                    "at most 64, starting with a letter or digit)"
+                )
+        return profiles
 
     def _check_repository_code(self, allowed: bool) -> None:
         if not allowed:
@@ -224,6 +260,14 @@ class Catalog:
                 other = self.specs[spec.name].file
                 raise CatalogError(f"{spec.file}: field 'name': {spec.name!r} is already defined in {other}")
             self.specs[spec.name] = spec
+        for spec in self.specs.values():
+            for profile in spec.profiles:
+                taken = self.specs.get(f"{spec.name}:{profile}")
+                if taken is not None:
+                    raise CatalogError(
+                        f"{spec.file}: field 'profiles.{profile}': '{spec.name}:{profile}' is the name of "
+                        f"the entry in {taken.file}"
+                    )
 
     @classmethod
     def from_dirs(cls, dirs: Iterable[Path], *, include_shipped: bool = True, check_weights: bool = True) -> Catalog:
@@ -248,3 +292,20 @@ class Catalog:
 
     def names(self) -> list[str]:
         return sorted(self.specs)
+
+    def listed(self) -> list[str]:
+        """What ``/v1/models`` lists: every entry, and ``{name}:{profile}`` for each of its profiles."""
+        return sorted([*self.specs, *(f"{name}:{p}" for name, spec in self.specs.items() for p in spec.profiles)])
+
+    def addressed(self, model: str) -> tuple[str, str | None]:
+        """The entry and profile a requested id names: an entry's name, or
+        ``{name}:{profile}`` for one of its profiles (API.md §1.1). Anything else is
+        returned as it is, a name no entry has (a 404, as the reference answers an
+        unknown ``model:profile``)."""
+        if model in self.specs:
+            return model, None
+        name, sep, profile = model.rpartition(":")
+        spec = self.specs.get(name) if sep else None
+        if spec is not None and profile in spec.profiles:
+            return name, profile
+        return model, None

@@ -12,6 +12,7 @@ import msgspec
 from sift_server.adapters.base import OverflowPolicy, Task
 from sift_server.engine.model_engine import ModelEngine
 from sift_server.errors import InputTooLong, InvalidInput, TaskNotSupported
+from sift_server.registry.catalog import ModelSpec
 from sift_server.registry.registry import ModelRecord, Registry
 from sift_server.service.audio import AudioLimits
 from sift_server.service.images import ImageLimits
@@ -60,13 +61,31 @@ def catalog_name(catalog: Container[str], model: str) -> str:
     return model
 
 
-def check_profile(options: Mapping[str, Any], path_profile: str | None) -> None:
-    profile = options.get("profile", path_profile)
-    if profile is None or profile == "default":
-        return
-    if not isinstance(profile, str):
-        raise InvalidInput("Option 'profile' must be a string.")
-    raise InvalidInput(f"Unknown profile '{profile}'; this model has only the 'default' profile.")
+def profile_options(spec: ModelSpec, path_profile: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options the adapter sees, as the reference merges them (API.md §2.1): the
+    selected profile's options under the request's own (the request's win), ``profile``
+    dropped. The profile is the path's (``model:profile``), else ``options.profile``.
+    A ``model:profile`` path is a model of its own whose only profile is ``default``
+    (the reference's profile variants), so ``options.profile`` may then name only that."""
+    requested = options.get("profile")
+    if requested is not None and (not isinstance(requested, str) or not requested.strip()):
+        raise InvalidInput("Option 'profile' must be a non-empty string or null.")
+    if path_profile is not None:
+        if requested not in (None, "default"):
+            raise InvalidInput(
+                f"Unknown profile '{requested}'; '{spec.name}:{path_profile}' has only the 'default' profile."
+            )
+        chosen = path_profile
+    else:
+        chosen = requested or "default"
+        if chosen != "default" and chosen not in spec.profiles:
+            if not spec.profiles:
+                raise InvalidInput(f"Unknown profile '{chosen}'; this model has only the 'default' profile.")
+            names = ", ".join(["default", *spec.profiles])
+            raise InvalidInput(f"Unknown profile '{chosen}'; model '{spec.name}' has the profiles {names}.")
+    merged = {} if chosen == "default" else dict(spec.profiles[chosen].options)
+    merged.update((key, value) for key, value in options.items() if key != "profile")
+    return merged
 
 
 def overflow_policy(options: Mapping[str, Any]) -> OverflowPolicy:
@@ -100,7 +119,7 @@ def ready_for(registry: Registry, model: str, task: Task) -> Target:
     """Resolve the path's model (and profile), check that it has the task, and
     start loading it if cold (raises while it loads). The task is checked first:
     a request the model can never serve does not load it."""
-    name, path_profile = split_profile(model)
+    name, path_profile = registry.catalog.addressed(model)
     require_task(registry.record(name), task)
     record, engine = registry.ready_engine(name)
     return Target(name, path_profile, record, engine)

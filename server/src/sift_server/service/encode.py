@@ -22,10 +22,10 @@ from sift_server.service.common import (
     cap_text,
     cap_texts,
     char_cap,
-    check_profile,
     item_texts_sliced,
     lane_of,
     overflow_policy,
+    profile_options,
     ready_for,
     shared_bytes,
     string_option,
@@ -97,13 +97,12 @@ async def encode(
     assert adapter is not None
     check_dimensions(dimensions, adapter.info.dims.get("dense"))
     params = body.params
-    options = dict(params.options or {}) if params else {}
+    options = profile_options(record.spec, path_profile, (params.options or {}) if params else {})
     instruction = (params.instruction if params else None) or string_option(options, "instruction")
     reads_images = "image" in adapter.info.inputs
     texts = await item_texts_sliced(body.items, limits, shared_bytes=shared_bytes(instruction), images=reads_images)
     assert body.items is not None
     raw_images = check_images(body.items, limits.images) if reads_images else []
-    check_profile(options, path_profile)
     output_types = _output_types(params.output_types if params else None, options, adapter.info.outputs)
     dtype = _output_dtype(params.output_dtype if params else None, options)
     overflow = overflow_policy(options)

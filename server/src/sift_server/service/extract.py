@@ -18,10 +18,10 @@ from sift_server.service.common import (
     cap_text,
     cap_texts,
     char_cap,
-    check_profile,
     item_texts_sliced,
     lane_of,
     overflow_policy,
+    profile_options,
     ready_for,
     result_id,
     shared_bytes,
@@ -51,8 +51,7 @@ def _shape(result: dict[str, Any], item_id: str) -> dict[str, Any]:
 async def extract(registry: Registry, model: str, body: ExtractBody, limits: Limits, ctx: RequestContext) -> Outcome:
     name, path_profile, record, engine = ready_for(registry, model, "extract")
     params = body.params
-    options = dict(params.options or {}) if params else {}
-    check_profile(options, path_profile)
+    options = profile_options(record.spec, path_profile, (params.options or {}) if params else {})
     if "document" in record_of(record.spec.adapter).inputs:
         return await extract_documents(model, record, engine, body.items, options, ctx)
     reject_documents(body.items, name)

@@ -15,11 +15,11 @@ from sift_server.service.common import (
     cap_text,
     cap_texts,
     char_cap,
-    check_profile,
     item_text,
     item_texts_sliced,
     lane_of,
     overflow_policy,
+    profile_options,
     ready_for,
     result_id,
     shared_bytes,
@@ -38,7 +38,7 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
     name, path_profile, record, engine = ready_for(registry, model, "score")
     if body.query is None:
         raise InvalidInput("Field 'query' is required.")
-    options = dict(body.options or {})
+    options = profile_options(record.spec, path_profile, body.options or {})
     instruction = body.instruction or string_option(options, "instruction")
     query = item_text(body.query, 0, limits, field="query", shared_bytes=shared_bytes(instruction))
     if body.items is not None and len(body.items) > MAX_CANDIDATES:
@@ -54,7 +54,6 @@ async def score(registry: Registry, model: str, body: ScoreBody, limits: Limits,
         images=reads_images,
     )
     raw_images = check_images(body.items or [], limits.images) if reads_images else []
-    check_profile(options, path_profile)
     overflow = overflow_policy(options)
     cap = char_cap(record)
     task = ScoreTask(
