@@ -72,6 +72,7 @@ from tests.fixtures.tiny_models import (
     build_tiny_nli,
     build_tiny_sparse_encoder,
 )
+from tests.fixtures.tiny_nomic import TINY_NOMIC, TINY_NOMIC_RAW, build_tiny_nomic
 from tests.fixtures.tiny_paddleocr_vl import TINY_PADDLEOCR_VL, build_tiny_paddleocr_vl
 from tests.fixtures.tiny_paddleocr_vl import catalog_options as paddleocr_vl_options
 from tests.fixtures.tiny_qwen3_vl import (
@@ -109,6 +110,8 @@ CLUSTER_MODELS = (
     TINY_QWEN3_VL_EMBEDDER,
     TINY_QWEN3_VL_RERANKER,
     TINY_TOPK,
+    TINY_NOMIC,
+    TINY_NOMIC_RAW,
     TINY_GLM_OCR,
     TINY_MINERU,
 )
@@ -210,6 +213,11 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
         TINY_QWEN3_VL_RERANKER, "qwen3-vl-reranker", build_tiny_qwen3_vl_reranker(root / "q3vlr"), "score"
     )
     entries["topk-embed"] = _entry(TINY_TOPK, "topk-embed", build_tiny_topk(root / "topk"), "encode, score")
+    nomic = build_tiny_nomic(root / "nomic")
+    for name, normalize in ((TINY_NOMIC, True), (TINY_NOMIC_RAW, False)):
+        entries[name.replace("/", "-")] = _entry(name, "sentence-embedder", nomic, "encode", "backend: torch\n") + (
+            _options({"query_prefix": "search_query: ", "document_prefix": "search_document: ", "normalize": normalize})
+        )
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog
