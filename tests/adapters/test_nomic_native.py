@@ -8,6 +8,7 @@ process and over HTTP; each config or weight it cannot serve exactly is refused 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from functools import cache
 from pathlib import Path
@@ -46,7 +47,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def adapters(folder: Path) -> dict[bool, SentenceEmbedderAdapter]:
     return {
-        normalize: SentenceEmbedderAdapter.load(load_context(folder, normalize=normalize, backend="torch", **PREFIXES))
+        normalize: SentenceEmbedderAdapter.load(load_context(folder, normalize=normalize, **PREFIXES))
         for normalize in (True, False)
     }
 
@@ -72,6 +73,17 @@ def test_encode_equals_the_reference(adapters: dict[bool, SentenceEmbedderAdapte
     got = np.stack([np.asarray(item) for item in items])
     assert got.shape == (len(case["texts"]), HIDDEN)
     np.testing.assert_allclose(got, recorded()[case["name"]], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_the_fp32_exports_equal_the_reference(folder: Path, backend: str) -> None:
+    """The native class exports (the publisher's code is never traced): ``auto`` may choose these runtimes."""
+    context = dataclasses.replace(load_context(folder, **PREFIXES), backend=backend, precision="fp32")
+    adapter = SentenceEmbedderAdapter.load(context)
+    assert adapter.info.runtime["backend"] == backend
+    for case in [case for case in CASES if case["normalize"]]:
+        (items,) = run(adapter, EncodeTask(texts=case["texts"], is_query=case["is_query"]))
+        np.testing.assert_allclose(np.stack(items), recorded()[case["name"]], atol=TOL, rtol=0)
 
 
 def test_the_long_text_was_cut(adapters: dict[bool, SentenceEmbedderAdapter]) -> None:
@@ -101,7 +113,7 @@ async def test_http_encode_equals_the_reference(folder: Path, tmp_path: Path, no
 
 
 def _load(folder: Path) -> SentenceEmbedderAdapter:
-    return SentenceEmbedderAdapter.load(load_context(folder, backend="torch"))
+    return SentenceEmbedderAdapter.load(load_context(folder))
 
 
 @pytest.mark.parametrize(
