@@ -131,6 +131,8 @@ def _load(folder: Path) -> SentenceEmbedderAdapter:
         ({"rotary_scaling_factor": 2.0}, "rotary_scaling_factor = 2.0"),
         ({"num_heads_kv": 1}, "num_heads_kv = 1"),
         ({"register_tokens": 4}, "keys Sift cannot translate exactly: register_tokens"),
+        ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1000.0, "factor": 2.0}}, "rope_parameters"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}, "rotary_emb_base asks for"),
     ],
 )
 def test_a_config_it_cannot_translate_exactly_is_refused(tmp_path: Path, change: dict[str, Any], reason: str) -> None:
@@ -144,6 +146,18 @@ def test_a_config_it_cannot_translate_exactly_is_refused(tmp_path: Path, change:
     with pytest.raises(UnservableModel, match="NomicBertModel") as refused:
         _load(folder)
     assert reason in str(refused.value)
+
+
+def test_transformers_own_rotary_keys_are_accepted_where_they_agree(folder: Path, tmp_path: Path) -> None:
+    """A config saved by transformers 5 also carries max_position_embeddings (the trained length)
+    and rope_parameters: the answers do not change."""
+    rope = {"rope_type": "default", "rope_theta": 1000.0}
+    config = nomic_config(max_position_embeddings=16, rope_parameters=rope)
+    other = build_tiny_nomic(tmp_path / "model", config=config)
+    adapter = SentenceEmbedderAdapter.load(load_context(other, **PREFIXES))
+    (case,) = [case for case in CASES if case["name"] == "truncated"]
+    (items,) = run(adapter, EncodeTask(texts=case["texts"]))
+    np.testing.assert_allclose(np.stack(items), recorded()["truncated"], atol=TOL, rtol=0)
 
 
 def test_mismatched_weights_are_refused(tmp_path: Path) -> None:

@@ -76,9 +76,13 @@ _INERT = frozenset(
     }
 )  # fmt: skip
 
+# max_position_embeddings and rope_parameters are transformers' own keys, which a config saved
+# by transformers 5 carries beside the publisher's: the first is the trained length (the
+# rotary positions run to n_positions either way), the second must say what rotary_emb_base says.
 _TRANSLATED = frozenset(
     {"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size", "pad_vocab_size_multiple",
-     "type_vocab_size", "layer_norm_epsilon", "rotary_emb_base", "attn_pdrop", "num_heads_kv"}
+     "type_vocab_size", "layer_norm_epsilon", "rotary_emb_base", "attn_pdrop", "num_heads_kv",
+     "max_position_embeddings", "rope_parameters"}
 )  # fmt: skip
 
 # transformers' conversion mapping for nomic_bert (conversion_mapping.py), in order.
@@ -126,6 +130,10 @@ def translate_config(config: Mapping[str, Any], folder: Path) -> dict[str, Any]:
             f"its config sets attn_pdrop = {values['attn_pdrop']!r}; the publisher's attention applies that dropout "
             "even in eval mode, so its answers are random and no deterministic model equals them",
         )
+    rope = {"rope_type": "default", "rope_theta": float(values["rotary_emb_base"])}
+    given = values.get("rope_parameters")
+    if given is not None and (not isinstance(given, Mapping) or dict(given) != rope):
+        raise _fail(folder, f"its config sets rope_parameters = {given!r}; rotary_emb_base asks for {rope!r}")
     hidden, heads = int(values["n_embd"]), int(values["n_head"])
     if values["num_heads_kv"] not in (None, heads):
         raise _fail(
@@ -149,10 +157,11 @@ def translate_config(config: Mapping[str, Any], folder: Path) -> dict[str, Any]:
         "hidden_act": "silu",
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
-        "max_position_embeddings": int(values["n_positions"]),
+        # The position buffers must cover every position the publisher's code accepts.
+        "max_position_embeddings": max(int(values["n_positions"]), int(values.get("max_position_embeddings") or 0)),
         "type_vocab_size": int(values["type_vocab_size"]),
         "layer_norm_eps": float(values["layer_norm_epsilon"]),
-        "rope_parameters": {"rope_type": "default", "rope_theta": float(values["rotary_emb_base"])},
+        "rope_parameters": rope,
     }
 
 
