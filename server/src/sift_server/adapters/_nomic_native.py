@@ -73,6 +73,7 @@ _INERT = frozenset(
         "max_trained_positions", "resid_pdrop", "embd_pdrop", "summary_first_dropout", "summary_activation",
         "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
         "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_pooling_layer",
+        "classifier_dropout", "id2label", "label2id", "problem_type",
     }
 )  # fmt: skip
 
