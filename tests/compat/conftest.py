@@ -72,6 +72,7 @@ from tests.fixtures.tiny_models import (
     build_tiny_nli,
     build_tiny_sparse_encoder,
 )
+from tests.fixtures.tiny_nomic import TINY_NOMIC, TINY_NOMIC_RAW, build_tiny_nomic
 from tests.fixtures.tiny_paddleocr_vl import TINY_PADDLEOCR_VL, build_tiny_paddleocr_vl
 from tests.fixtures.tiny_paddleocr_vl import catalog_options as paddleocr_vl_options
 from tests.fixtures.tiny_qwen3_vl import (
@@ -110,6 +111,8 @@ CLUSTER_MODELS = (
     TINY_QWEN3_VL_EMBEDDER,
     TINY_QWEN3_VL_RERANKER,
     TINY_TOPK,
+    TINY_NOMIC,
+    TINY_NOMIC_RAW,
     TINY_GLM_OCR,
     TINY_MINERU,
 )
@@ -213,6 +216,11 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     entries["topk-embed"] = _entry(TINY_TOPK, "topk-embed", build_tiny_topk(root / "topk"), "encode, score")
     entries["sam3"] = _entry(TINY_SAM3, "sam3", build_tiny_sam3(root / "sam3"), "extract")
+    nomic = build_tiny_nomic(root / "nomic")
+    for name, normalize in ((TINY_NOMIC, True), (TINY_NOMIC_RAW, False)):
+        entries[name.replace("/", "-")] = _entry(name, "sentence-embedder", nomic, "encode", "backend: torch\n") + (
+            _options({"query_prefix": "search_query: ", "document_prefix": "search_document: ", "normalize": normalize})
+        )
     for name, text in entries.items():
         (catalog / f"{name}.yaml").write_text(text)
     return catalog

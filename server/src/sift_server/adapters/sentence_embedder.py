@@ -11,6 +11,7 @@ for every backend.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from sift_server.adapters._lora import LoraHost, LoraSlots
+from sift_server.adapters._nomic_native import is_nomic_layout, load_native, translate_config
 from sift_server.adapters._probes import BATCH, PROBE_TEXTS
 from sift_server.adapters._st_layout import FolderLayout, check_common, read_json, read_layout
 from sift_server.adapters._tokenize import TextTokenizer, load_tokenizer, pad_rows
@@ -74,10 +76,12 @@ class _HiddenStates(Graph):
     inputs = ("input_ids", "attention_mask")
     output = "last_hidden_state"
 
-    def __init__(self, folder: Path, *, repository_code: bool = False) -> None:
+    def __init__(self, folder: Path, *, repository_code: bool = False, native_nomic: bool = False) -> None:
         super().__init__(folder)
         # Checked against the entry's pins before this graph is built (_served_pooling).
         self.repository_code = repository_code
+        # The published Nomic layout on transformers' own class (adapters/_nomic_native.py).
+        self.native_nomic = native_nomic
 
     def build_module(self) -> torch.nn.Module:
         import torch
@@ -92,6 +96,8 @@ class _HiddenStates(Graph):
                 hidden: torch.Tensor = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
                 return hidden
 
+        if self.native_nomic:
+            return Module(load_native(self.folder))
         return Module(
             AutoModel.from_pretrained(self.folder, local_files_only=True, trust_remote_code=self.repository_code)
         )
@@ -143,6 +149,13 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
         folder = ctx.path
         options = ctx.options
         layout = read_layout(folder)
+        config = read_json(folder / "config.json")
+        native_nomic = is_nomic_layout(config)
+        if native_nomic:
+            # Its auto_map names the publisher's code, which never runs: the config is
+            # translated (or refused) for transformers' own NomicBertModel.
+            translate_config(config, folder)
+            layout = dataclasses.replace(layout, auto_map={})
         pooling = _served_pooling(layout, options.get("pooling"), ctx.repository_code)
         # The folder's own prompts are the defaults, as sentence-transformers' encode_query and
         # encode_document (and the reference server) apply them; the entry's prefixes win.
@@ -176,14 +189,14 @@ class SentenceEmbedderAdapter(LoraHost, Adapter):
 
         runner, runtime = select(
             ctx,
-            _HiddenStates(folder, repository_code=layout.repository_code),
+            _HiddenStates(folder, repository_code=layout.repository_code, native_nomic=native_nomic),
             evaluate,
             COSINE,
             open_runner,
             device=_device(options, ctx.backend),
             probe_key=f"{pooling}:{normalize}:{max_length}",
         )
-        hidden_size = int(read_json(folder / "config.json").get("hidden_size") or evaluate(runner).shape[1])
+        hidden_size = int(config.get("hidden_size") or evaluate(runner).shape[1])
         measured = call_cost.measure(_shape_runner(runner, max(probe_rows, key=len), pad_id))
         cost = buckets.CALL_COST_TOKENS if measured is None else measured
         runtime = {**runtime, "call_cost_tokens": cost}
