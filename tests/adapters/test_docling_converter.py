@@ -32,7 +32,7 @@ def test_weight_free_formats_need_no_folder(tmp_path: Path) -> None:
         assert missing_folders(None, fmt, ocr=False) == []
     assert missing_folders(None, "pdf", ocr=False) == [LAYOUT_FOLDER, TABLES_FOLDER]
     assert missing_folders(None, "image", ocr=False) == [LAYOUT_FOLDER, TABLES_FOLDER, OCR_FOLDER]
-    assert missing_folders(tmp_path, "docx", ocr=True) == [OCR_FOLDER]
+    assert missing_folders(None, "docx", ocr=True) == []  # docling OCRs PDFs and images only
     (tmp_path / LAYOUT_FOLDER).mkdir()
     (tmp_path / TABLES_FOLDER).mkdir()
     assert missing_folders(tmp_path, "pdf", ocr=False) == []

@@ -21,6 +21,8 @@ from tests.fixtures import documents
 from tests.fixtures.server_process import ServerProcess, start_server
 
 EXTRACT = "/v1/extract/docling"
+ROOT = Path(__file__).resolve().parents[2]
+PARITY_DRIVER = ROOT / "scripts" / "docling_parity_driver.py"
 MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 REPORT_MARKDOWN = (
     "## Quarterly report\n\nRevenue grew by 12 percent in the northern region.\n\n"
@@ -131,8 +133,10 @@ def test_a_pdf_without_weights_names_what_is_missing(server: ServerProcess) -> N
     message = _refusal(_post(server, items))
     assert message.startswith("items[1].document: a PDF document needs docling's weights")
     assert "docling-project--docling-layout-heron, docling-project--docling-models not found in" in message
-    ocr = _refusal(_post(server, [{"document": {"data": documents.MARKDOWN}}], options={"ocr": True}))
-    assert "OCR needs docling's weights" in ocr and "RapidOcr not found" in ocr
+    pdf = {"document": {"data": documents.pdf_image_only(), "format": "pdf"}}
+    ocr = _refusal(_post(server, [pdf], options={"ocr": True}))
+    assert ocr.startswith("items[0].document: a PDF document with OCR needs docling's weights")
+    assert "docling-project--docling-models, RapidOcr not found" in ocr
 
 
 BAD_DOCUMENTS: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
@@ -268,3 +272,44 @@ def test_the_released_sdk_sends_documents(server: ServerProcess, tmp_path: Path)
     assert out["by_bytes"]["data"]["markdown"] == REPORT_MARKDOWN
     assert out["contradiction"]["type"] == "RequestError"
     assert "declared 'pdf' but its data is a DOCX document" in out["contradiction"]["message"]
+
+
+def _sdk_answers(server: ServerProcess, tmp_path: Path, profiles: tuple[str | None, ...]) -> dict[str, Any]:
+    """The released sie-sdk's answers from this server to the parity documents, as the recorder asks."""
+    cases = []
+    for name, (data, fmt) in documents.docling_parity_documents().items():
+        path = tmp_path / f"{name}.{fmt}"
+        path.write_bytes(data)
+        for profile in profiles:
+            key = name if profile is None else f"{name}:{profile}"
+            cases.append({"name": key, "path": str(path), "format": fmt, "profile": profile})
+    command = [str(COMPAT_PYTHON), str(PARITY_DRIVER), server.url, json.dumps(cases)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    answers: dict[str, Any] = json.loads(done.stdout)
+    return answers
+
+
+def test_answers_equal_the_reference_servers(server: ServerProcess, tmp_path: Path) -> None:
+    """sie-server 0.10.1's answers (scripts/record_docling_parity.py) to the same documents, default
+    and ``ocr`` profiles: text, Markdown and the DoclingDocument identical. The image-only PDF is the
+    one departure (docs/models.md, "Documents"): the reference, with no artifact folder, answers the
+    item with a bare conversion failure; Sift refuses the request naming the missing folders."""
+    require_venv()
+    fixture = json.loads((Path(__file__).with_name(documents.DOCLING_PARITY_FIXTURE)).read_text())
+    reference: dict[str, Any] = fixture["answers"]
+    ours = _sdk_answers(server, tmp_path, (None, "ocr"))
+    assert sorted(ours) == sorted(reference)
+    for name in sorted(set(reference) - {"scan", "scan:ocr"}):
+        assert reference[name]["error"] is None, name
+        assert ours[name] == reference[name], name
+    failed = {"code": "INFERENCE_ERROR", "message": "Document conversion failed"}
+    for name, what, folders in (
+        ("scan", "a PDF document", "docling-layout-heron, docling-project--docling-models not found"),
+        ("scan:ocr", "a PDF document with OCR", "docling-models, RapidOcr not found"),
+    ):
+        assert reference[name] == {"data": None, "error": failed}
+        refused = ours[name]["refused"]
+        assert (refused["type"], refused["status"]) == ("RequestError", 400)
+        assert refused["message"].startswith(f"items[0].document: {what} needs docling's weights"), refused
+        assert folders in refused["message"]

@@ -8,9 +8,9 @@ the GIL, and a document past its deadline kills the child. One document runs
 at a time; a request's documents cost their pages in the engine's batches.
 
 Office documents (DOCX, PPTX, XLSX), HTML, Markdown and CSV need no weights.
-PDFs and images go through docling's layout and table models, and OCR through
-RapidOCR's: weights that no package ships. The operator puts them in the
-entry's model folder; a document that needs a folder that is not there is
+PDFs and images go through docling's layout and table models, and their OCR through
+RapidOCR's: weights that no package ships (the ``ocr`` option changes nothing for
+the others). The operator puts them in the entry's model folder; a document that needs a folder that is not there is
 refused before it is queued, with a message naming what is missing.
 """
 
@@ -52,10 +52,12 @@ def _positive(options: Mapping[str, Any], name: str, fallback: float) -> float:
 
 
 def missing_folders(artifacts: Path | None, fmt: str, ocr: bool) -> list[str]:
-    """The artifact folders a document of ``fmt`` needs that ``artifacts`` lacks."""
-    if fmt not in LAYOUT_FORMATS and not ocr:
+    """The artifact folders a document of ``fmt`` needs that ``artifacts`` lacks. ``ocr`` reaches
+    docling's PDF and image pipeline only: office, HTML and Markdown documents convert without
+    weights under it too, as the reference's ``ocr`` profile converts them."""
+    if fmt not in LAYOUT_FORMATS:
         return []
-    needed = [LAYOUT_FOLDER, TABLES_FOLDER] if fmt in LAYOUT_FORMATS else []
+    needed = [LAYOUT_FOLDER, TABLES_FOLDER]
     if ocr or fmt == "image":
         needed.append(OCR_FOLDER)
     return [name for name in needed if artifacts is None or not (artifacts / name).is_dir()]
@@ -104,7 +106,7 @@ class DoclingAdapter(Adapter):
         )
 
     def _missing_message(self, document: Document, missing: Sequence[str], ocr: bool) -> str:
-        what = "OCR" if ocr and document.format not in LAYOUT_FORMATS else f"a {document.format.upper()} document"
+        what = f"a {document.format.upper()} document" + (" with OCR" if ocr else "")
         folder = str(self.artifacts) if self.artifacts is not None else "the model folder (it does not exist)"
         return (
             f"{document.where}: {what} needs docling's weights, which this server does not have: "
