@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from sift_server.adapters._multivector import maxsim
 from sift_server.adapters._tokenize import pad_rows
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import (
@@ -269,10 +270,3 @@ class ColbertAdapter(Adapter):
 
     def close(self) -> None:
         release_module(self.model, self.device)
-
-
-def maxsim(query: torch.Tensor, document: torch.Tensor) -> float:
-    """Sum over query vectors of the best dot product over the document's vectors."""
-    if document.shape[0] == 0:
-        return 0.0
-    return float((query @ document.T).max(dim=1).values.sum())

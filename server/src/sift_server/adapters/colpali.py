@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from sift_server.adapters._multivector import joined_per_item, maxsim
 from sift_server.adapters._refusal import UnservableModel
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import (
@@ -330,16 +331,7 @@ class ColPaliAdapter(Adapter):
 
     def _items(self, items: Sequence[Rows]) -> list[torch.Tensor]:
         """Each item's vectors: its rows' vectors one after the other."""
-        import torch
-
-        flat = self._embed([row for rows in items for row in rows])
-        out: list[torch.Tensor] = []
-        offset = 0
-        for rows in items:
-            group = flat[offset : offset + len(rows)]
-            offset += len(rows)
-            out.append(group[0] if len(group) == 1 else torch.cat(group))
-        return out
+        return joined_per_item(self._embed([row for rows in items for row in rows]), [len(rows) for rows in items])
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         if isinstance(parts[0].prepared.payload, ScorePayload):
@@ -371,8 +363,3 @@ class ColPaliAdapter(Adapter):
 def _text_tokens(items: Sequence[Rows]) -> int:
     """Tokens of the items read as text (an item read as its images counts none)."""
     return sum(len(rows[0].ids) for rows in items if rows[0].pixels is None)
-
-
-def maxsim(query: torch.Tensor, document: torch.Tensor) -> float:
-    """Sum over the query's vectors of the best dot product over the document's."""
-    return float((query @ document.T).max(dim=1).values.sum())

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sift_server.adapters._multivector import joined_per_item, maxsim
 from sift_server.adapters._refusal import UnservableModel
 from sift_server.adapters._torch_runtime import configure_threads, module_bytes, release_module, select_device
 from sift_server.adapters.base import (
@@ -492,16 +493,7 @@ class TopkEmbedAdapter(Adapter):
         return [v for v in out if v is not None]
 
     def _items(self, items: Sequence[Rows]) -> list[torch.Tensor]:
-        import torch
-
-        flat = self._embed([row for rows in items for row in rows])
-        out: list[torch.Tensor] = []
-        offset = 0
-        for rows in items:
-            group = flat[offset : offset + len(rows)]
-            offset += len(rows)
-            out.append(group[0] if len(group) == 1 else torch.cat(group))
-        return out
+        return joined_per_item(self._embed([row for rows in items for row in rows]), [len(rows) for rows in items])
 
     def forward(self, parts: Sequence[Part]) -> list[list[Any]]:
         if isinstance(parts[0].prepared.payload, ScorePayload):
@@ -545,8 +537,3 @@ def _normalized(vectors: torch.Tensor, normalize: bool) -> torch.Tensor:
 def _text_tokens(items: Sequence[Rows]) -> int:
     """Tokens of the items read as text (a page counts none)."""
     return sum(len(rows[0].ids) for rows in items if rows[0].pixels is None)
-
-
-def maxsim(query: torch.Tensor, document: torch.Tensor) -> float:
-    """Sum over the query's vectors of the best dot product over the document's."""
-    return float((query @ document.T).max(dim=1).values.sum())
