@@ -205,6 +205,9 @@ def test_models_and_readiness(servers: tuple[ServerProcess, ServerProcess]) -> N
     assert described[0] == described[1] and described[1]["runtime"]["backend"] == "torch"
     names = [m["name"] for m in httpx.get(split.url + "/v1/models").json()["models"]]
     assert {TINY_EMBEDDER, RERANK, CLASSIFY, COLD} <= set(names)
+    # The same list as sift serve's, profile entries ({name}:{profile}) included.
+    assert names == [m["name"] for m in httpx.get(single.url + "/v1/models").json()["models"]]
+    assert httpx.get(split.url + "/v1/models/docling:ocr").json()["name"] == "docling:ocr"
     # Every front-end tells the same runtime instance.
     instances = {
         httpx.post(split.url + f"/v1/encode/{TINY_EMBEDDER}", json={"items": [{"text": "x"}]}).headers[

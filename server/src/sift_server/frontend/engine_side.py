@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
-from sift_server.api.models import model_info
+from sift_server.api.models import describe_local
 from sift_server.core.state import ServerState
 from sift_server.engine.ingress import IngressTicket
 from sift_server.engine.model_engine import Ticket
@@ -149,7 +149,7 @@ class Session:
             if ask.what == "ready":
                 await self.server.ready.wait()
             elif ask.what == "describe":
-                value = Pickled(model_info(self.registry.record(ask.model), self.server.state.runtime_instance))
+                value = Pickled(await describe_local(self.server.state, ask.model))
             elif ask.what == "want":
                 self.registry.ready_engine(ask.model)
             elif ask.what == "metrics":

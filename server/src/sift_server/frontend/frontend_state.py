@@ -127,7 +127,8 @@ def frontend_app(state: ServerState, link: EngineLink, engine: socket.socket) ->
             await state.close(state.settings.shutdown_grace_s)
 
     async def describe(state: ServerState, name: str) -> dict[str, Any]:
-        state.registry.record(name)  # MODEL_NOT_FOUND here, with its hint
+        # MODEL_NOT_FOUND here, with its hint; a profile ({name}:{profile}) is its entry's.
+        state.registry.record(state.registry.catalog.addressed(name)[0])
         info: dict[str, Any] = await link.ask("describe", name)
         return info
 
