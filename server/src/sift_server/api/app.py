@@ -58,20 +58,28 @@ def api_app(state: ServerState, *, title: str, description: str, lifespan: Lifes
     return app
 
 
+@contextlib.asynccontextmanager
+async def serving(state: ServerState, ready: str = "ready") -> AsyncIterator[None]:
+    """A server's lifetime: the default and preloaded models loaded, then ready; on the
+    way out, draining within the grace period."""
+    for name in dict.fromkeys([state.settings.default_model, *state.settings.preload]):
+        await state.registry.load_now(name)
+    state.ready = True
+    log.info("%s: serving %s", ready, state.settings.default_model)
+    try:
+        yield
+    finally:
+        state.draining = True
+        await state.close(state.settings.shutdown_grace_s)
+
+
 def create_app(state: ServerState) -> SiftApp:
     """``sift serve``: the work routes answered by the local serving core."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for name in dict.fromkeys([state.settings.default_model, *state.settings.preload]):
-            await state.registry.load_now(name)
-        state.ready = True
-        log.info("ready: serving %s", state.settings.default_model)
-        try:
+        async with serving(state):
             yield
-        finally:
-            state.draining = True
-            await state.close(state.settings.shutdown_grace_s)
 
     async def serve(call: Call) -> Reply:
         return await handle(state, call)

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from sift_server.adapters.base import Adapter
-from sift_server.api.app import SiftApp, api_app
+from sift_server.api.app import SiftApp, api_app, serving
 from sift_server.composition import limits_of
 from sift_server.config import Settings
 from sift_server.core.serve import Call, Reply, handle
@@ -116,15 +116,8 @@ def frontend_app(state: ServerState, link: EngineLink, engine: socket.socket) ->
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await link.connect(engine)
         await link.ask("ready")
-        for name in dict.fromkeys([state.settings.default_model, *state.settings.preload]):
-            await state.registry.load_now(name)
-        state.ready = True
-        log.info("front-end ready: serving %s", state.settings.default_model)
-        try:
+        async with serving(state, "front-end ready"):
             yield
-        finally:
-            state.draining = True
-            await state.close(state.settings.shutdown_grace_s)
 
     async def describe(state: ServerState, name: str) -> dict[str, Any]:
         # MODEL_NOT_FOUND here, with its hint; a profile ({name}:{profile}) is its entry's.
