@@ -12,9 +12,15 @@ more processes), so each arm's CPU time per token is reported too (Linux ``/proc
 engine alone (this process), and for Sift the engine's child, the server's own process and
 the client; the server's CPU per token over the engine's is Sift's overhead in CPU.
 
-The model is a random Qwen2 (hidden 512, 8 layers) built offline with a fixed seed and
-exported with optimum-intel, so nothing is downloaded; its answers are noise, its
-cost per token is that of a ~25M-parameter decoder. Pin it with ``taskset``, or give
+The model is built offline with a fixed seed and exported with optimum-intel, so nothing is
+downloaded; its answers are noise. ``--shape tiny`` (the default): a random Qwen2 (hidden 512,
+8 layers) over the tests' 264-token vocabulary, whose tokens cost what a ~25M-parameter decoder's
+do. ``--shape qwen3-0.6b``: a random Qwen3 of Qwen3-0.6B's configuration (hidden 1024, 28
+layers, 16 query and 8 key/value heads of 128, intermediate 3072, 151,936 tokens, tied
+embeddings), the smallest generator of the reference catalog, with a byte-level tokenizer of
+the same size (the byte symbols, filler words, Qwen's special tokens), so that both the
+engine's and the server's work per token (the output layer, the detokenizer's table) are a
+real small model's. Pin it with ``taskset``, or give
 ``--engine-cpus`` and ``--client-cpus``: the engine alone and Sift's server and engine child
 then run on the first set, and the Sift arm's HTTP client on the second (so that the client's
 own work is not counted against the server, as the engine-alone arm has no client). The server
@@ -39,17 +45,30 @@ sys.path.insert(0, str(ROOT))
 PROMPT = "The quick brown fox jumps over the lazy dog while " * 2
 
 
-def build(folder: Path) -> tuple[Path, Path]:
+# Qwen3-0.6B's vocabulary: its 151,643 ordinary entries, then its special tokens.
+QWEN3_ORDINARY = 151_643
+QWEN3_VOCAB = 151_936
+
+
+def build(folder: Path, shape: str) -> tuple[Path, Path]:
+    hf, ov = folder / shape / "hf", folder / shape / "ov"
+    if (ov / "openvino_model.xml").exists():
+        return hf, ov
+    hf.mkdir(parents=True, exist_ok=True)
+    (build_qwen3_06b if shape == "qwen3-0.6b" else build_tiny)(hf)
+    from tests.fixtures.tiny_generator import export_openvino
+
+    export_openvino(hf, ov)
+    return hf, ov
+
+
+def build_tiny(hf: Path) -> None:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from tests.fixtures.tiny_decoder import _vocab_size, build_tokenizer
-    from tests.fixtures.tiny_generator import CHATML, export_openvino
+    from tests.fixtures.tiny_generator import CHATML
 
-    hf, ov = folder / "hf", folder / "ov"
-    if (ov / "openvino_model.xml").exists():
-        return hf, ov
-    hf.mkdir(parents=True, exist_ok=True)
     build_tokenizer(hf, append_eos=False)
     tokenizer = AutoTokenizer.from_pretrained(hf)
     tokenizer.chat_template = CHATML
@@ -62,8 +81,52 @@ def build(folder: Path) -> tuple[Path, Path]:
     )  # fmt: skip
     torch.manual_seed(7)
     Qwen2ForCausalLM(config).eval().save_pretrained(hf)
-    export_openvino(hf, ov)
-    return hf, ov
+
+
+def filler(n: int) -> str:
+    """The ``n``-th filler word: a space (ByteLevel's ``Ġ``) and letters, unique per ``n``."""
+    letters = ""
+    while True:
+        n, digit = divmod(n, 26)
+        letters += chr(ord("a") + digit)
+        if n == 0:
+            return "Ġ" + letters
+
+
+def build_qwen3_06b(hf: Path) -> None:
+    import torch
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    from tests.fixtures.tiny_decoder import MERGES, SPECIAL_TOKENS, _byte_symbols
+    from tests.fixtures.tiny_generator import CHATML
+
+    vocab = {symbol: i for i, symbol in enumerate(_byte_symbols())}
+    for left, right in MERGES:
+        vocab[left + right] = len(vocab)
+    n = 0
+    while len(vocab) < QWEN3_ORDINARY:  # words the model may answer with; no text tokenizes to them
+        vocab.setdefault(filler(n), len(vocab))
+        n += 1
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=list(MERGES)))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<|endoftext|>", eos_token="<|im_end|>", model_max_length=40960
+    )
+    fast.chat_template = CHATML
+    fast.save_pretrained(hf)
+    config = Qwen3Config(
+        vocab_size=QWEN3_VOCAB, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+        rope_theta=1_000_000.0, tie_word_embeddings=True, initializer_range=0.02,
+        eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(7)
+    Qwen3ForCausalLM(config).eval().save_pretrained(hf)
 
 
 def summary(ttfts: list[float], tokens: int, wall: float, streams: int) -> dict[str, Any]:
@@ -149,9 +212,12 @@ def engine_arm(pipe: Any, ov: Path, n_tokens: int, streams: int) -> dict[str, An
     import numpy as np
     import openvino as ov_runtime
     import openvino_genai as og
+    from transformers import AutoTokenizer
 
-    tokenizer = og.Tokenizer(str(ov))
-    ids = tokenizer.encode(PROMPT, add_special_tokens=True).input_ids.data
+    # The prompt's ids as Sift's server makes them (the folder's transformers tokenizer), so that
+    # both arms prefill the same tokens (the converted tokenizer splits the qwen3-0.6b shape's
+    # filler words, which have no merges, differently).
+    ids = [AutoTokenizer.from_pretrained(ov)(PROMPT)["input_ids"]]
     config = og.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = n_tokens
     config.do_sample = False
@@ -195,7 +261,9 @@ async def sift_arm(url: str, model: str, n_tokens: int, streams: int, server_pid
         return first, tokens
 
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
-        await one(client, time.perf_counter())
+        # A warm-up at the same concurrency, as the engine-alone arm has: the engine's first
+        # steps at a new batch size cost more than the later ones.
+        await asyncio.gather(*(one(client, time.perf_counter()) for _ in range(streams)))
         engines = child_pids(server_pid)
         cpu = [cpu_seconds(server_pid), sum(map(cpu_seconds, engines)), own_cpu_seconds()]
         started = time.perf_counter()
@@ -218,6 +286,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=1, help="engine and Sift arms interleaved this many times")
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--shape", choices=("tiny", "qwen3-0.6b"), default="tiny", help="the random model's size")
     parser.add_argument("--engine-cpus", help="CPUs of the engine alone and of Sift's server (e.g. 0)")
     parser.add_argument("--client-cpus", help="CPUs of the Sift arm's client (e.g. 1)")
     args = parser.parse_args()
@@ -225,7 +294,7 @@ def main() -> None:
         parser.error("--engine-cpus and --client-cpus go together")
     engine_cpus = {int(c) for c in args.engine_cpus.split(",")} if args.engine_cpus else None
     client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
-    hf, ov = build(args.out)
+    hf, ov = build(args.out, args.shape)
     streams = [int(s) for s in args.streams.split(",")]
     report: dict[str, Any] = {}
     if not args.skip_transformers:
