@@ -18,7 +18,7 @@ downloaded; its answers are noise. ``--shape tiny`` (the default): a random Qwen
 do. ``--shape qwen3-0.6b``: a random Qwen3 of Qwen3-0.6B's configuration (hidden 1024, 28
 layers, 16 query and 8 key/value heads of 128, intermediate 3072, 151,936 tokens, tied
 embeddings), the smallest generator of the reference catalog, with a byte-level tokenizer of
-the same size (the byte symbols, filler words, Qwen's special tokens), so that both the
+the same size (the byte symbols, filler words, three of Qwen's special tokens), so that both the
 engine's and the server's work per token (the output layer, the detokenizer's table) are a
 real small model's. Pin it with ``taskset``, or give
 ``--engine-cpus`` and ``--client-cpus``: the engine alone and Sift's server and engine child
